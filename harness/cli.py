@@ -1,0 +1,251 @@
+"""The `layerbench` command (SPEC section 10). Exit codes: 0 ok, 1 trials failed, 2 bad input."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from sqlalchemy import Engine
+
+from harness.console import RichProgress, console, errors
+from harness.registry import FAMILIES, RegistryError
+from harness.runner.plan import PlannedTrial, plan_suite
+from harness.spec import Suite, SuiteError, load_suite
+from harness.store.db import DatabaseError, StoreLedger, open_database, suite_run
+from harness.store.queries import stored_outcomes, trial_statuses, unlogged_count
+
+if TYPE_CHECKING:
+    from harness.ranking import Ranking
+
+app = typer.Typer(
+    help="LayerBench: benchmark layerwise deep-learning methods.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+SuiteArg = Annotated[Path, typer.Argument(help="A suite YAML file.")]
+DbOption = Annotated[
+    str | None, typer.Option("--db", help="SQLAlchemy URL (default: $LAYERBENCH_DB or sqlite)")
+]
+FAILED = ("failed", "timeout")
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    errors.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def load(path: Path) -> Suite:
+    try:
+        return load_suite(path)
+    except SuiteError as error:
+        for problem in error.problems:
+            errors.print(f"[red]error:[/] {problem}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def open_db(url: str | None) -> Engine:
+    try:
+        return open_database(url)
+    except DatabaseError as error:
+        raise fail(f"{error}; check --db or $LAYERBENCH_DB") from None
+
+
+@app.command()
+def validate(suites: Annotated[list[Path], typer.Argument(help="Suite files.")]) -> None:
+    """Check suites without running anything."""
+    for path in suites:
+        suite = load(path)
+        console.print(f"[green]ok[/] {path}: {len(plan_suite(suite))} trials")
+
+
+@app.command()
+def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
+    """Print the suite's trials and which are already stored."""
+    suite = load(suite_path)
+    trials = plan_suite(suite)
+    statuses = trial_statuses(open_db(db), [t.key for t in trials])
+    for trial in trials:
+        console.print(f"{trial.key[:12]}  {statuses.get(trial.key, 'pending'):>8}  {trial.label}")
+    counts = Counter(statuses.get(t.key, "pending") for t in trials)
+    console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+
+
+def only_filter(trials: list[PlannedTrial], only: str | None) -> list[PlannedTrial]:
+    """`--only method=a,b` keeps the trials of those methods (also model=, task=, seed=)."""
+    if not only:
+        return trials
+    field, _, values = only.partition("=")
+    if field not in ("method", "model", "task", "seed") or not values:
+        raise fail(f"--only expects FIELD=NAME[,NAME] with FIELD method|model|task|seed: {only}")
+    wanted = set(values.split(","))
+    kept = [t for t in trials if str(getattr(t, field)) in wanted]
+    if not kept:
+        raise fail(f"--only {only} matches no trial of this suite")
+    return kept
+
+
+@app.command()
+def run(
+    suite_path: SuiteArg,
+    db: DbOption = None,
+    workers: Annotated[int, typer.Option(min=1, help="Trials run at once.")] = 1,
+    only: Annotated[
+        str | None, typer.Option(help="method=NAME,... (or model=, task=, seed=)")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Rerun trials that already have a result.")] = False,
+    retry_failed: Annotated[bool, typer.Option(help="Rerun failed and timed-out trials.")] = False,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Do not log to MLflow.")] = False,
+) -> None:
+    """Run every trial of a suite that has no stored result, then print the ranking."""
+    suite = load(suite_path)
+    trials = only_filter(plan_suite(suite), only)
+    engine = open_db(db)
+    statuses = trial_statuses(engine, [t.key for t in trials])
+    todo = [t for t in trials if force or runnable(statuses.get(t.key), retry_failed)]
+    use_mlflow = suite.tracking.mlflow and not no_mlflow
+    tracker = None
+    if use_mlflow and (todo or unlogged_count(engine, suite.suite)):
+        from harness.tracking import MLflowTracker
+
+        tracker = MLflowTracker(engine)
+        tracker.backfill(suite.suite)
+    console.print(
+        f"{suite.suite}: {len(trials)} trials, {len(trials) - len(todo)} stored, {len(todo)} to run"
+    )
+    if todo:
+        from harness.runner.local import run_local
+
+        with suite_run(engine, suite.suite, suite.cadence, len(trials)) as record:
+            ledger = StoreLedger(
+                engine,
+                record.id,
+                force,
+                retry_failed,
+                on_finish=(lambda _trial, trial_id: tracker.log_trial(trial_id))
+                if tracker
+                else None,
+            )
+            with RichProgress(len(todo)) as progress:
+                results = run_local(todo, ledger, workers, progress)
+            record.n_ran = len(results)
+    print_ranking(suite, trials, engine)
+    final = trial_statuses(engine, [t.key for t in trials])
+    if any(status in FAILED for status in final.values()):
+        raise typer.Exit(1)
+
+
+def runnable(status: str | None, retry_failed: bool) -> bool:
+    if status is None or status in ("pending", "running"):
+        return True
+    return retry_failed and status in FAILED
+
+
+def build_ranking(
+    suite: Suite, trials: list[PlannedTrial], engine: Engine, metric: str | None = None
+) -> Ranking | None:
+    from harness.ranking import TrialOutcome, rank
+
+    outcomes = [
+        TrialOutcome(**record) for record in stored_outcomes(engine, [t.key for t in trials])
+    ]
+    if not outcomes:
+        return None
+    return rank(outcomes, metric or suite.rank.metric, suite.baseline, alpha=suite.rank.alpha)
+
+
+def print_ranking(suite: Suite, trials: list[PlannedTrial], engine: Engine) -> None:
+    from harness.ranking import rich_summary_table, rich_table
+
+    ranking = build_ranking(suite, trials, engine)
+    if ranking is None:
+        console.print("no stored results yet")
+        return
+    console.print(rich_table(ranking))
+    console.print(rich_summary_table(ranking))
+
+
+@app.command("rank")
+def rank_command(
+    suite_path: SuiteArg,
+    db: DbOption = None,
+    format: Annotated[str, typer.Option("--format", help="table|json|csv|md|latex")] = "table",
+    metric: Annotated[str | None, typer.Option(help="Rank by this metric instead.")] = None,
+) -> None:
+    """Rank the suite's methods from the stored results."""
+    from harness.ranking import format_ranking
+
+    if format not in ("table", "json", "csv", "md", "latex"):
+        raise fail(f"--format must be one of table, json, csv, md, latex (got '{format}')")
+    suite = load(suite_path)
+    trials = plan_suite(suite)
+    try:
+        ranking = build_ranking(suite, trials, open_db(db), metric)
+    except RegistryError as error:
+        raise fail(str(error)) from None
+    if ranking is None:
+        raise fail(
+            f"no stored results for suite '{suite.suite}': run `layerbench run {suite_path}`"
+        )
+    if format == "table":
+        print_ranking(suite, trials, open_db(db))
+    else:
+        typer.echo(format_ranking(ranking, format))
+
+
+@app.command()
+def status(db: DbOption = None) -> None:
+    """Trials stored per suite and status."""
+    from sqlalchemy import func, select
+    from sqlalchemy.orm import Session
+
+    from harness.store.models import Trial
+
+    with Session(open_db(db)) as session:
+        rows = session.execute(
+            select(Trial.suite, Trial.status, func.count()).group_by(Trial.suite, Trial.status)
+        ).all()
+    if not rows:
+        console.print("no trials stored")
+    for suite, trial_status, count in sorted(rows):
+        console.print(f"{suite:<30} {trial_status:<9} {count}")
+
+
+@app.command()
+def methods(
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
+) -> None:
+    """List every registered method, model, task and metric."""
+    listing = {
+        family: [
+            {
+                "name": e.name,
+                "doc": e.doc,
+                **({"direction": e.obj.direction} if family == "metric" else {}),
+            }
+            for e in registry.entries()
+        ]
+        for family, registry in FAMILIES.items()
+    }
+    if as_json:
+        typer.echo(json.dumps(listing, indent=2))
+        return
+    for family, entries in listing.items():
+        console.print(f"[bold]{family}[/]")
+        for entry in entries:
+            console.print(f"  {entry['name']:<20} {entry['doc']}", highlight=False)
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Create or migrate the results database to the latest schema."""
+    from harness.store.db import database_url, redact
+
+    open_db(db)
+    console.print(f"database {redact(database_url(db))} is at the latest schema")

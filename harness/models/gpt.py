@@ -1,0 +1,365 @@
+"""The built-in decoder-only transformer (SPEC 3), a `transformers.PreTrainedModel`.
+
+nanoGPT-style and small: token (and optionally learned position) embeddings, `n_layers` blocks
+whose norms are arranged by a registered placement (SPEC 5.1) and built from a registered norm
+type (SPEC 5.2), an optional final norm and a (tied) LM head. `GPTConfig` is registered with the
+Auto classes, so `save_pretrained`, `AutoModelForCausalLM.from_pretrained` and `generate` work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import field
+from functools import partial
+from typing import Any, ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from torch import Tensor, nn
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    GenerationMixin,
+    PreTrainedConfig,
+    PreTrainedModel,
+)
+from transformers import initialization as init
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from harness.registry import MODELS, NORM_PLACEMENTS, NORM_TYPES, Entry
+from harness.spec.schema import NormSpec, StrictModel
+
+ROPE_BASE = 10000.0
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "swiglu": F.silu,
+    "gelu": F.gelu,
+    "relu": F.relu,
+}
+
+NormFactory = Callable[[int], nn.Module]
+Rope = tuple[Tensor, Tensor]
+
+
+def default_d_ff(d_model: int, mlp: str) -> int:
+    """4 * d_model, or for SwiGLU 8/3 * d_model rounded up to a multiple of 8 (same parameters)."""
+    if mlp == "swiglu":
+        return -(-round(8 * d_model / 3) // 8) * 8
+    return 4 * d_model
+
+
+def check_heads(d_model: int, n_heads: int, n_kv_heads: int | None, pos: str) -> None:
+    """Raise ValueError unless the attention heads fit the model width."""
+    if d_model % n_heads:
+        raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+    if n_kv_heads is not None and n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads})")
+    if pos == "rope" and (d_model // n_heads) % 2:
+        raise ValueError(f"rope needs an even head dimension, got {d_model // n_heads}")
+
+
+class GPTSpec(StrictModel):
+    """The `gpt` model section of a suite (SPEC 3)."""
+
+    type: Literal["gpt"] = "gpt"
+    n_layers: PositiveInt = 6
+    d_model: PositiveInt = 128
+    n_heads: PositiveInt = 4
+    n_kv_heads: PositiveInt | None = None
+    d_ff: PositiveInt | None = None
+    max_seq_len: PositiveInt = 256
+    pos: Literal["rope", "learned"] = "rope"
+    mlp: Literal["swiglu", "gelu", "relu"] = "swiglu"
+    tie_embeddings: bool = True
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    init_std: PositiveFloat = 0.02
+    bias: bool = False
+
+    @model_validator(mode="after")
+    def _heads_fit(self) -> GPTSpec:
+        check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.pos)
+        return self
+
+
+class GPTConfig(PreTrainedConfig):
+    """Configuration of `GPT`: the `GPTSpec` fields, the vocabulary and the norm settings."""
+
+    model_type = "layerbench-gpt"
+    attribute_map: ClassVar[dict[str, str]] = {
+        "hidden_size": "d_model",
+        "num_hidden_layers": "n_layers",
+        "num_attention_heads": "n_heads",
+        "num_key_value_heads": "n_kv_heads",
+        "intermediate_size": "d_ff",
+        "max_position_embeddings": "max_seq_len",
+        "tie_word_embeddings": "tie_embeddings",
+        "initializer_range": "init_std",
+    }
+
+    vocab_size: int = 256
+    n_layers: int = 6
+    d_model: int = 128
+    n_heads: int = 4
+    n_kv_heads: int | None = None
+    d_ff: int | None = None
+    max_seq_len: int = 256
+    pos: str = "rope"
+    mlp: str = "swiglu"
+    tie_embeddings: bool = True
+    dropout: float = 0.0
+    init_std: float = 0.02
+    bias: bool = False
+    norm_placement: str = "pre"
+    norm_type: str = "layernorm"
+    norm_eps: float = 1e-5
+    norm_params: dict[str, Any] = field(default_factory=dict)
+    qk_norm: bool = False
+    final_norm: bool | None = None
+    use_cache: bool = False
+
+    def __post_init__(self, **kwargs: Any) -> None:
+        check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.pos)
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.d_ff is None:
+            self.d_ff = default_d_ff(self.d_model, self.mlp)
+        if self.final_norm is None:
+            self.final_norm = NORM_PLACEMENTS.get(self.norm_placement).final_norm
+        super().__post_init__(**kwargs)
+
+
+def split_norm_params(
+    placement: str, norm_type: str, params: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Validate a norm section's extra fields; return (placement kwargs, norm-type kwargs)."""
+    entries = NORM_PLACEMENTS.entry(placement), NORM_TYPES.entry(norm_type)
+    known = {name for entry in entries if entry.params for name in entry.params.model_fields}
+    if unknown := sorted(set(params) - known):
+        raise ValueError(
+            f"norm fields {unknown} are not parameters of placement '{placement}' "
+            f"or norm type '{norm_type}'"
+        )
+    placement_kwargs, norm_kwargs = (validated(entry, params) for entry in entries)
+    return placement_kwargs, norm_kwargs
+
+
+def validated(entry: Entry[Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of `params` that `entry` declares, checked and completed by its params model."""
+    if entry.params is None:
+        return {}
+    own = {key: value for key, value in params.items() if key in entry.params.model_fields}
+    return entry.params.model_validate(own).model_dump()
+
+
+def rope_tables(seq_len: int, head_dim: int, device: torch.device) -> Rope:
+    """cos and sin of the rotary angles, (seq_len, head_dim) (Su et al., 2021, RoFormer)."""
+    inv_freq = ROPE_BASE ** (-torch.arange(0, head_dim, 2, device=device) / head_dim)
+    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: Tensor, rope: Rope) -> Tensor:
+    """Rotate the two halves of each head's features (the Llama / GPT-NeoX layout)."""
+    cos, sin = rope
+    x1, x2 = x.chunk(2, dim=-1)
+    return (x * cos + torch.cat((-x2, x1), dim=-1) * sin).to(x.dtype)
+
+
+def padding_mask(attention_mask: Tensor) -> Tensor:
+    """Causal boolean mask (batch, 1, T, T) hiding padded keys; a padded query sees itself."""
+    seq_len = attention_mask.shape[-1]
+    causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=attention_mask.device).tril()
+    mask = causal & attention_mask.bool()[:, None, None, :]
+    return mask | torch.eye(seq_len, dtype=torch.bool, device=mask.device)
+
+
+class ResidualOut(nn.Linear):
+    """A linear layer writing into the residual stream; GPT-2 scales its init std down."""
+
+
+class Attention(nn.Module):
+    """Causal self-attention, grouped-query heads (Ainslie et al., 2023), optional QK-norm."""
+
+    def __init__(self, config: GPTConfig, make_norm: NormFactory) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads = config.n_heads, config.n_kv_heads
+        self.head_dim = config.d_model // config.n_heads
+        kv_dim = self.n_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.k_proj = nn.Linear(config.d_model, kv_dim, bias=config.bias)
+        self.v_proj = nn.Linear(config.d_model, kv_dim, bias=config.bias)
+        self.o_proj = ResidualOut(config.d_model, config.d_model, bias=config.bias)
+        qk_norm = config.qk_norm
+        self.q_norm = make_norm(self.head_dim) if qk_norm else nn.Identity()
+        self.k_norm = make_norm(self.head_dim) if qk_norm else nn.Identity()
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def heads(self, proj: nn.Linear, x: Tensor) -> Tensor:
+        """(batch, T, d) -> (batch, heads, T, head_dim)."""
+        return proj(x).unflatten(-1, (-1, self.head_dim)).transpose(1, 2)
+
+    def forward(self, x: Tensor, rope: Rope | None = None, mask: Tensor | None = None) -> Tensor:
+        q = self.q_norm(self.heads(self.q_proj, x))
+        k = self.k_norm(self.heads(self.k_proj, x))
+        v = self.heads(self.v_proj, x)
+        if rope is not None:
+            q, k = apply_rope(q, rope), apply_rope(k, rope)
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=mask is None,
+            dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=self.n_kv_heads != self.n_heads,
+        )
+        return self.resid_dropout(self.o_proj(y.transpose(1, 2).flatten(2)))
+
+
+class MLP(nn.Module):
+    """Feed-forward sublayer: SwiGLU (Shazeer, 2020, "GLU Variants"), GELU or ReLU."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        gated = config.mlp == "swiglu"
+        self.gate_proj = nn.Linear(config.d_model, config.d_ff, bias=config.bias) if gated else None
+        self.up_proj = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.down_proj = ResidualOut(config.d_ff, config.d_model, bias=config.bias)
+        self.act = ACTIVATIONS[config.mlp]
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.up_proj(x)
+        h = self.act(self.gate_proj(x)) * h if self.gate_proj is not None else self.act(h)
+        return self.dropout(self.down_proj(h))
+
+
+class Block(nn.Module):
+    """One layer: attention and MLP sublayers wired together by the norm placement."""
+
+    def __init__(
+        self, config: GPTConfig, layer_idx: int, make_norm: NormFactory, **placement_params: Any
+    ) -> None:
+        super().__init__()
+        self.attn = Attention(config, make_norm)
+        self.mlp = MLP(config)
+        placement = NORM_PLACEMENTS.get(config.norm_placement)
+        self.placement = placement(
+            layer_idx, config.n_layers, partial(make_norm, config.d_model), **placement_params
+        )
+
+    def forward(self, x: Tensor, rope: Rope | None = None, mask: Tensor | None = None) -> Tensor:
+        return self.placement(x, partial(self.attn, rope=rope, mask=mask), self.mlp)
+
+
+class GPT(PreTrainedModel, GenerationMixin):
+    """Decoder-only transformer LM (Radford et al., 2019, GPT-2) with pluggable norms."""
+
+    config_class = GPTConfig
+    _no_split_modules: ClassVar[list[str]] = ["Block"]
+    _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "embed_tokens.weight"}
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__(config)
+        placement_params, norm_params = split_norm_params(
+            config.norm_placement, config.norm_type, config.norm_params
+        )
+        make_norm = partial(NORM_TYPES.get(config.norm_type), eps=config.norm_eps, **norm_params)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        learned = config.pos == "learned"
+        self.embed_positions = nn.Embedding(config.max_seq_len, config.d_model) if learned else None
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(
+            Block(config, i, make_norm, **placement_params) for i in range(config.n_layers)
+        )
+        self.final_norm = make_norm(config.d_model) if config.final_norm else nn.Identity()
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """normal(0, init_std) weights, zero biases; std / sqrt(2 n_layers) on residual outputs."""
+        std = self.config.init_std
+        if isinstance(module, ResidualOut):
+            std /= math.sqrt(2 * self.config.n_layers)
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            init.normal_(module.weight, mean=0.0, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            init.zeros_(module.bias)
+
+    def embed(self, input_ids: Tensor) -> Tensor:
+        """Token embeddings, plus learned position embeddings when `pos` is `learned`."""
+        seq_len = input_ids.shape[1]
+        if seq_len > self.config.max_seq_len:
+            raise ValueError(
+                f"sequence length {seq_len} exceeds max_seq_len {self.config.max_seq_len}"
+            )
+        x = self.embed_tokens(input_ids)
+        if self.embed_positions is not None:
+            x = x + self.embed_positions(torch.arange(seq_len, device=input_ids.device))
+        return self.dropout(x)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithPast | tuple[Tensor, ...]:
+        config = self.config
+        x = self.embed(input_ids)
+        head_dim = config.d_model // config.n_heads
+        rope = rope_tables(x.shape[1], head_dim, x.device) if config.pos == "rope" else None
+        padded = attention_mask is not None and not bool(attention_mask.all())
+        mask = padding_mask(attention_mask) if padded else None
+        hidden_states = [x]
+        for block in self.blocks:
+            x = block(x, rope, mask)
+            hidden_states.append(x)
+        logits = self.lm_head(self.final_norm(x))
+        loss = None if labels is None else causal_lm_loss(logits, labels)
+        keep_hidden = (
+            config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        output = CausalLMOutputWithPast(
+            loss=loss, logits=logits, hidden_states=tuple(hidden_states) if keep_hidden else None
+        )
+        use_dict = config.return_dict if return_dict is None else return_dict
+        return output if use_dict else output.to_tuple()
+
+    def prepare_inputs_for_generation(
+        self, input_ids: Tensor, next_sequence_length: int | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Feed the whole sequence at every step (even with `use_cache`): there is no KV cache."""
+        return super().prepare_inputs_for_generation(input_ids, **kwargs)
+
+
+def causal_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Mean cross-entropy of each position's logits against the next label (-100 ignored)."""
+    return F.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
+    )
+
+
+@MODELS.register("gpt", params=GPTSpec)
+def build_gpt(spec: GPTSpec, norm: NormSpec, vocab_size: int) -> GPT:
+    """The built-in decoder-only transformer (nanoGPT-style GPT-2 with configurable norms)."""
+    config = GPTConfig(
+        **spec.model_dump(exclude={"type"}),
+        vocab_size=vocab_size,
+        norm_placement=norm.placement,
+        norm_type=norm.type,
+        norm_eps=norm.eps,
+        norm_params=dict(norm.model_extra or {}),
+        qk_norm=norm.qk_norm,
+        final_norm=norm.final_norm,
+    )
+    return GPT(config)
+
+
+AutoConfig.register(GPTConfig.model_type, GPTConfig, exist_ok=True)
+AutoModelForCausalLM.register(GPTConfig, GPT, exist_ok=True)

@@ -1,0 +1,46 @@
+"""Facts about the software and machine a trial ran on (cheap: no torch import)."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+
+RESULT_CHANGING_PACKAGES = ("layerbench", "torch", "transformers", "lm-eval")
+
+
+@cache
+def package_versions() -> dict[str, str]:
+    """Versions of the packages whose upgrade can change a trial's numbers."""
+    found = {}
+    for package in RESULT_CHANGING_PACKAGES:
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = "absent"
+    return found
+
+
+@cache
+def git_commit() -> str | None:
+    """The commit of the working directory's repository, if any."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+@cache
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

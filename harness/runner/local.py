@@ -1,0 +1,157 @@
+"""The local backend: each trial in its own process, up to `workers` at once.
+
+The runner claims a trial through the ledger before starting it and hands the result
+back to the ledger the moment the trial ends, so a crash loses at most the trials in flight.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Protocol
+
+from harness.registry import all_modules
+from harness.runner.plan import PlannedTrial
+from harness.runner.results import TrialResult
+
+HEARTBEAT_EVERY_S = 10.0
+KILL_GRACE_S = 60.0
+
+
+class Ledger(Protocol):
+    """Where trials are claimed and results recorded (the store implements it)."""
+
+    def claim(self, trial: PlannedTrial) -> bool: ...
+
+    def heartbeat(self, trial: PlannedTrial) -> None: ...
+
+    def finish(self, trial: PlannedTrial, result: TrialResult) -> None: ...
+
+
+class Progress(Protocol):
+    def started(self, trial: PlannedTrial) -> None: ...
+
+    def step(self, trial: PlannedTrial, step: int, total: int, loss: float) -> None: ...
+
+    def finished(self, trial: PlannedTrial, result: TrialResult | None) -> None: ...
+
+
+class SilentProgress:
+    def started(self, trial: PlannedTrial) -> None:
+        pass
+
+    def step(self, trial: PlannedTrial, step: int, total: int, loss: float) -> None:
+        pass
+
+    def finished(self, trial: PlannedTrial, result: TrialResult | None) -> None:
+        pass
+
+
+@dataclass
+class Running:
+    trial: PlannedTrial
+    process: mp.process.BaseProcess
+    deadline: float
+    last_heartbeat: float = field(default_factory=time.monotonic)
+
+
+def context() -> mp.context.BaseContext:
+    """A fork server that has imported torch and every registry once; trials fork from it."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["harness.runner.trial", *all_modules()])
+    return ctx
+
+
+def threads_per_trial(workers: int) -> int:
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+def run_local(
+    trials: Iterable[PlannedTrial],
+    ledger: Ledger,
+    workers: int = 1,
+    progress: Progress | None = None,
+) -> dict[str, TrialResult]:
+    """Run every trial the ledger lets this runner claim; returns results by trial key."""
+    from harness.runner.trial import trial_process
+
+    progress = progress or SilentProgress()
+    ctx = context()
+    pending = deque(trials)
+    active: dict[Connection, Running] = {}
+    results: dict[str, TrialResult] = {}
+    while pending or active:
+        while pending and len(active) < workers:
+            trial = pending.popleft()
+            if not ledger.claim(trial):
+                progress.finished(trial, None)
+                continue
+            receiver, sender = ctx.Pipe(duplex=False)
+            process = ctx.Process(
+                target=trial_process, args=(sender, trial.config, threads_per_trial(workers))
+            )
+            process.start()
+            sender.close()
+            limit = float(trial.config["time_limit_s"]) + KILL_GRACE_S
+            active[receiver] = Running(trial, process, time.monotonic() + limit)
+            progress.started(trial)
+        for conn in wait(list(active), timeout=1.0):
+            result = receive(conn, active[conn], ledger, progress)
+            if result is not None:
+                end(conn, active.pop(conn), result, ledger, progress, results)
+        for conn, running in list(active.items()):
+            if time.monotonic() > running.deadline:
+                running.process.kill()
+                result = TrialResult(
+                    "timeout", error="killed: no result within the time limit plus grace"
+                )
+                end(conn, active.pop(conn), result, ledger, progress, results)
+    return results
+
+
+def receive(
+    conn: Connection, running: Running, ledger: Ledger, progress: Progress
+) -> TrialResult | None:
+    """Handle one message; returns the result when the trial is over."""
+    try:
+        message = conn.recv()
+    except (EOFError, OSError):
+        running.process.join(timeout=5)
+        return TrialResult("failed", error=death_message(running.process.exitcode))
+    if message[0] == "result":
+        return message[1]
+    _, step, total, loss = message
+    progress.step(running.trial, step, total, loss)
+    if time.monotonic() - running.last_heartbeat > HEARTBEAT_EVERY_S:
+        ledger.heartbeat(running.trial)
+        running.last_heartbeat = time.monotonic()
+    return None
+
+
+def end(
+    conn: Connection,
+    running: Running,
+    result: TrialResult,
+    ledger: Ledger,
+    progress: Progress,
+    results: dict[str, TrialResult],
+) -> None:
+    conn.close()
+    running.process.join(timeout=10)
+    ledger.finish(running.trial, result)
+    results[running.trial.key] = result
+    progress.finished(running.trial, result)
+
+
+def death_message(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name
+        hint = " (out of memory?)" if name == "SIGKILL" else ""
+        return f"the trial process died from {name}{hint} before reporting a result"
+    return f"the trial process exited with code {exitcode} before reporting a result"

@@ -1,0 +1,246 @@
+"""One trial, run in its own process: build the task and model, train, evaluate, report.
+
+The runner owns the clock (AlgoPerf): train time counts only optimizer steps, never
+evaluation. Results go back to the runner, which alone writes to the database.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import platform
+import random
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from harness.registry import MODELS, OPTIMIZERS, SCHEDULES, TASKS
+from harness.runner.env import cpu_model, git_commit, package_versions
+from harness.runner.results import SeriesPoint, Status, TrialResult
+from harness.spec.schema import TrialSettings
+from harness.tasks.base import Batch, Task
+
+Report = Callable[[int, int, float], None]
+
+
+class Stop(Exception):
+    """Ends training early with a final status (diverged, timeout)."""
+
+    def __init__(self, status: Status, step: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.step = status, step
+
+
+def seed_everything(seed: int) -> None:
+    """Seeds fix model init, data order and dropout."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device '{name}' was asked for but CUDA is not available here")
+    return torch.device(name)
+
+
+def autocast(device: torch.device, precision: str) -> AbstractContextManager[Any]:
+    """Mixed precision by autocast; fp32 runs as is."""
+    if precision == "fp32":
+        return nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """What a result depends on besides its config."""
+    return {
+        **{f"{name}_version": value for name, value in package_versions().items()},
+        "python": platform.python_version(),
+        "git_commit": git_commit(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else cpu_model(),
+        "cpu": cpu_model(),
+        "threads": torch.get_num_threads(),
+        "host": platform.node(),
+        "numpy_version": np.__version__,
+    }
+
+
+@dataclass
+class Clock:
+    """Train time (optimizer steps only) and wall time since the trial started."""
+
+    start: float = field(default_factory=time.perf_counter)
+    train_s: float = 0.0
+    eval_s: float = 0.0
+
+    @property
+    def wall_s(self) -> float:
+        return time.perf_counter() - self.start
+
+
+@dataclass
+class Trial:
+    """The objects of one trial, built from its resolved config."""
+
+    settings: TrialSettings
+    task: Task
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    device: torch.device
+    seed: int
+
+
+def build(config: dict[str, Any]) -> Trial:
+    for module in config.get("plugins", []):
+        importlib.import_module(module)
+    settings = TrialSettings.model_validate(
+        {name: config[name] for name in TrialSettings.model_fields if name in config}
+    )
+    seed_everything(config["seed"])
+    device = resolve_device(settings.device)
+    task_entry = TASKS.entry(config["task"]["type"])
+    task = task_entry.obj(task_entry.params.model_validate(config["task"]))
+    model_entry = MODELS.entry(config["model"]["type"])
+    model_spec = model_entry.params.model_validate(config["model"])
+    model = model_entry.obj(model_spec, settings.norm, task.vocab_size).to(device)
+    optimizer = OPTIMIZERS.get(settings.optimizer.name)(model, settings.optimizer)
+    train = settings.train
+    schedule = SCHEDULES.get(train.schedule)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: schedule(step, train.steps, train.warmup_steps, train.min_lr_ratio),
+    )
+    return Trial(settings, task, model, optimizer, scheduler, device, config["seed"])
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    return tuple(tensor.to(device, non_blocking=True) for tensor in batch)
+
+
+def train_step(trial: Trial, batch: Batch, scaler: torch.amp.GradScaler) -> float:
+    """One optimizer step; returns the loss before the update."""
+    with autocast(trial.device, trial.settings.precision):
+        loss = trial.task.loss(trial.model, batch)
+    scaler.scale(loss).backward()
+    if trial.settings.train.grad_clip is not None:
+        scaler.unscale_(trial.optimizer)
+        nn.utils.clip_grad_norm_(trial.model.parameters(), trial.settings.train.grad_clip)
+    scaler.step(trial.optimizer)
+    scaler.update()
+    trial.optimizer.zero_grad(set_to_none=True)
+    trial.scheduler.step()
+    return loss.item()
+
+
+def check_divergence(loss: float, initial: float, factor: float, step: int) -> None:
+    if not math.isfinite(loss):
+        raise Stop("diverged", step, f"loss is {loss} at step {step}")
+    if loss > factor * initial:
+        raise Stop("diverged", step, f"loss {loss:.4g} > {factor} x initial {initial:.4g}")
+
+
+def evaluate(trial: Trial, clock: Clock, final: bool) -> dict[str, float]:
+    """Evaluation, timed apart from training."""
+    start = time.perf_counter()
+    train = trial.settings.train
+    with autocast(trial.device, trial.settings.precision):
+        metrics = trial.task.evaluate(trial.model, train.batch_size, train.eval_batches, final)
+    clock.eval_s += time.perf_counter() - start
+    return metrics
+
+
+def train(trial: Trial, result: TrialResult, clock: Clock, report: Report) -> None:
+    """The training loop; fills `result` as it goes so a stopped trial keeps its series."""
+    train_cfg = trial.settings.train
+    generator = torch.Generator().manual_seed(trial.seed)
+    batches: Iterator[Batch] = trial.task.train_batches(train_cfg.batch_size, generator)
+    scaler = torch.amp.GradScaler(trial.device.type, enabled=trial.settings.precision == "fp16")
+    window: list[float] = []
+    initial: float | None = None
+    for step in range(1, train_cfg.steps + 1):
+        if clock.wall_s > trial.settings.time_limit_s:
+            raise Stop("timeout", step - 1, f"time limit {trial.settings.time_limit_s:g} s")
+        batch = to_device(next(batches), trial.device)
+        started = time.perf_counter()
+        loss = train_step(trial, batch, scaler)
+        clock.train_s += time.perf_counter() - started
+        result.steps_done, result.tokens = step, result.tokens + trial.task.batch_tokens(batch)
+        initial = loss if initial is None else initial
+        check_divergence(loss, initial, train_cfg.divergence_factor, step)
+        window.append(loss)
+        if step % train_cfg.log_every == 0 or step == train_cfg.steps:
+            report(step, train_cfg.steps, loss)
+        if step % train_cfg.eval_every == 0 or step == train_cfg.steps:
+            metrics = evaluate(trial, clock, final=False)
+            metrics["train_loss"] = sum(window) / len(window)
+            window.clear()
+            result.series.append(
+                SeriesPoint(step, result.tokens, clock.train_s, clock.wall_s, metrics)
+            )
+
+
+def run_trial(config: dict[str, Any], report: Report | None = None) -> TrialResult:
+    """Run one trial to a final status; never raises for a failure of the trial itself."""
+    clock = Clock()
+    result = TrialResult(status="running")
+    report = report or (lambda step, total, loss: None)
+    try:
+        trial = build(config)
+        result.environment = environment(trial.device)
+        train(trial, result, clock, report)
+        result.final = {**evaluate(trial, clock, final=True), **efficiency(trial, result, clock)}
+        result.status = "done"
+    except Stop as stop:
+        result.status, result.failed_step, result.error = stop.status, stop.step, str(stop)
+    except Exception:
+        result.status, result.failed_step = "failed", result.steps_done
+        result.error = traceback.format_exc()
+    result.train_time_s, result.eval_time_s, result.wall_time_s = (
+        clock.train_s,
+        clock.eval_s,
+        clock.wall_s,
+    )
+    return result
+
+
+def efficiency(trial: Trial, result: TrialResult, clock: Clock) -> dict[str, float]:
+    return {
+        "train_loss": result.series[-1].metrics["train_loss"],
+        "tokens_per_s": result.tokens / clock.train_s if clock.train_s else 0.0,
+        "params": float(sum(p.numel() for p in trial.model.parameters())),
+    }
+
+
+def trial_process(conn: Any, config: dict[str, Any], threads: int) -> None:
+    """Entry point of a trial's process: run, stream progress, send the result."""
+    die_with_parent()
+    torch.set_num_threads(threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    result = run_trial(config, lambda step, total, loss: conn.send(("progress", step, total, loss)))
+    conn.send(("result", result))
+    conn.close()
+
+
+def die_with_parent() -> None:
+    """Linux: end this process if the runner that started it is killed."""
+    if platform.system() == "Linux":
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)

@@ -1,0 +1,200 @@
+"""Semantic checks of a parsed suite: names against registries, references, sweeps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from harness.registry import (
+    METRICS,
+    MODELS,
+    NORM_PLACEMENTS,
+    NORM_TYPES,
+    OPTIMIZERS,
+    SCHEDULES,
+    TASKS,
+    Entry,
+    Registry,
+    UnknownNameError,
+    suggest,
+)
+from harness.spec.loader import (
+    Loc,
+    Locator,
+    Problem,
+    SuiteError,
+    import_plugins,
+    pydantic_problems,
+    read_yaml,
+    unknown_name_problem,
+)
+from harness.spec.resolve import ResolveError, trial_settings
+from harness.spec.schema import NormSpec, OptimizerSpec, Suite, TrialSettings
+
+CORE_FIELDS = {"norm": NormSpec.model_fields, "optimizer": OptimizerSpec.model_fields}
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read and fully validate a suite file; raises SuiteError listing every problem."""
+    data, locator = read_yaml(Path(path))
+    try:
+        suite = Suite.model_validate(data)
+    except ValidationError as error:
+        raise SuiteError(pydantic_problems(error, Suite, locator)) from None
+    problems = list(import_plugins(suite.plugins, locator))
+    problems += list(check_suite(suite, locator))
+    if problems:
+        raise SuiteError(problems)
+    return suite
+
+
+def check_suite(suite: Suite, locator: Locator) -> Iterator[Problem]:
+    yield from check_typed_sections(suite.models, "models", MODELS, locator)
+    yield from check_typed_sections(suite.tasks, "tasks", TASKS, locator)
+    yield from check_references(suite, locator)
+    for name in suite.methods:
+        yield from check_method(suite, name, locator)
+    for loc, metric in [(("rank", "metric"), suite.rank.metric)] + (
+        [(("rank", "target", "metric"), suite.rank.target.metric)] if suite.rank.target else []
+    ):
+        yield from lookup(METRICS, metric, loc, locator)
+
+
+def lookup(registry: Registry[Any], name: str, loc: Loc, locator: Locator) -> Iterator[Problem]:
+    try:
+        registry.entry(name)
+    except UnknownNameError as error:
+        yield unknown_name_problem(locator, loc, error)
+
+
+def check_typed_sections(
+    sections: dict[str, dict[str, Any]], field: str, registry: Registry[Any], locator: Locator
+) -> Iterator[Problem]:
+    """Each model/task must name a registered `type` and match that type's schema."""
+    for name, section in sections.items():
+        loc = (field, name)
+        if "type" not in section:
+            known = ", ".join(registry.names())
+            yield locator.problem(loc, f"missing field 'type' (one of: {known})")
+            continue
+        try:
+            entry = registry.entry(str(section["type"]))
+        except UnknownNameError as error:
+            yield unknown_name_problem(locator, (*loc, "type"), error)
+            continue
+        if entry.params is not None:
+            try:
+                entry.params.model_validate(section)
+            except ValidationError as error:
+                yield from pydantic_problems(error, entry.params, locator, loc)
+
+
+def check_references(suite: Suite, locator: Locator) -> Iterator[Problem]:
+    """Matrix entries and the baseline must name defined methods, models and tasks."""
+    for index, entry in enumerate(suite.matrix or []):
+        for field, defined in [
+            ("methods", suite.methods),
+            ("models", suite.models),
+            ("tasks", suite.tasks),
+        ]:
+            for position, name in enumerate(getattr(entry, field)):
+                if name not in defined:
+                    yield undefined(
+                        locator, ("matrix", index, field, position), field, name, defined
+                    )
+    if suite.baseline is not None and suite.baseline not in suite.methods:
+        yield undefined(locator, ("baseline",), "methods", suite.baseline, suite.methods)
+
+
+def undefined(locator: Locator, loc: Loc, field: str, name: str, defined: dict) -> Problem:
+    error = UnknownNameError(field[:-1], name, sorted(defined))
+    hint = f"; did you mean '{error.suggestion}'?" if error.suggestion else ""
+    return locator.problem(loc, f"'{name}' is not defined in `{field}`{hint}")
+
+
+def check_method(suite: Suite, name: str, locator: Locator) -> Iterator[Problem]:
+    """Resolve the method (extends, defaults, every sweep point) and check its names."""
+    base = ("methods", name)
+    try:
+        points = trial_settings(suite, name)
+    except ResolveError as error:
+        yield locator.problem((*base, *error.loc), str(error))
+        return
+    except ValidationError as error:
+        yield from pydantic_problems(error, TrialSettings, locator, (*base, "sweep"))
+        return
+    for _, settings in points:
+        problems = list(
+            check_settings(settings, lambda loc: origin(suite, name, loc, locator), locator)
+        )
+        if problems:
+            yield from problems
+            return
+
+
+def origin(suite: Suite, name: str, loc: Loc, locator: Locator) -> Loc:
+    """Where a resolved field is written: the method, its sweep, an ancestor, or `defaults`."""
+    candidates = [("methods", name, *loc), ("methods", name, "sweep")]
+    ancestor = suite.methods[name].extends
+    while ancestor is not None and ancestor in suite.methods:
+        candidates.append(("methods", ancestor, *loc))
+        ancestor = suite.methods[ancestor].extends
+    candidates.append(("defaults", *loc))
+    return next((c for c in candidates if c in locator.lines), ("methods", name))
+
+
+def check_settings(
+    settings: TrialSettings, where: Callable[[Loc], Loc], locator: Locator
+) -> Iterator[Problem]:
+    """Names in the resolved settings exist, and method parameters fit their schemas."""
+    for loc, registry, value in [
+        (("norm", "placement"), NORM_PLACEMENTS, settings.norm.placement),
+        (("norm", "type"), NORM_TYPES, settings.norm.type),
+        (("optimizer", "name"), OPTIMIZERS, settings.optimizer.name),
+        (("train", "schedule"), SCHEDULES, settings.train.schedule),
+    ]:
+        yield from lookup(registry, value, where(loc), locator)
+    for section, registries in [
+        ("norm", [(NORM_PLACEMENTS, settings.norm.placement), (NORM_TYPES, settings.norm.type)]),
+        ("optimizer", [(OPTIMIZERS, settings.optimizer.name)]),
+    ]:
+        extras = getattr(settings, section).model_extra or {}
+        yield from check_extras(section, extras, registries, where, locator)
+
+
+def check_extras(
+    section: str,
+    extras: dict[str, Any],
+    registries: list[tuple[Registry[Any], str]],
+    where: Callable[[Loc], Loc],
+    locator: Locator,
+) -> Iterator[Problem]:
+    """Method-specific fields must belong to the schema of the chosen method."""
+    schemas = [entry.params for entry in entries(registries) if entry.params is not None]
+    allowed = {field for schema in schemas for field in schema.model_fields}
+    fields = sorted(allowed | set(CORE_FIELDS[section]))
+    for key in sorted(set(extras) - allowed):
+        close = suggest(key, fields)
+        if close:
+            message = f"unknown field; did you mean '{close}'?"
+        else:
+            owners = " or ".join(f"{registry.family} '{name}'" for registry, name in registries)
+            message = f"unknown field (not a parameter of {owners})"
+        yield locator.problem(where((section, key)), message)
+    for schema in schemas:
+        values = {key: value for key, value in extras.items() if key in schema.model_fields}
+        try:
+            schema.model_validate(values)
+        except ValidationError as error:
+            for problem in pydantic_problems(error, schema, locator):
+                loc = where((section, problem.path.split(".")[0]))
+                yield locator.problem(loc, problem.message)
+
+
+def entries(registries: list[tuple[Registry[Any], str]]) -> Iterator[Entry[Any]]:
+    for registry, name in registries:
+        if name in registry:
+            yield registry.entry(name)

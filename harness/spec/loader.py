@@ -1,0 +1,165 @@
+"""Load a suite file: YAML with line numbers, then Pydantic and registry validation.
+
+Every problem is reported as `file:line: field.path: message; did you mean 'x'?`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+import typing
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from harness.registry import UnknownNameError, suggest
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a suite file."""
+
+    file: str
+    line: int
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}: " if self.path else ""
+        return f"{self.file}:{self.line}: {where}{self.message}"
+
+
+class SuiteError(ValueError):
+    """A suite that cannot be run, with every problem found."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(map(str, problems)))
+
+
+class Locator:
+    """Maps field paths of a YAML document to the lines where they are written."""
+
+    def __init__(self, file: str, root: yaml.Node | None) -> None:
+        self.file = file
+        self.lines: dict[Loc, int] = {}
+        if root is not None:
+            self.lines[()] = root.start_mark.line + 1
+            self._walk(root, ())
+
+    def _walk(self, node: yaml.Node, loc: Loc) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                self.lines[(*loc, key.value)] = key.start_mark.line + 1
+                self._walk(value, (*loc, key.value))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                self.lines[(*loc, index)] = item.start_mark.line + 1
+                self._walk(item, (*loc, index))
+
+    def line(self, loc: Loc) -> int:
+        """The line of the deepest written prefix of `loc`."""
+        for end in range(len(loc), -1, -1):
+            if loc[:end] in self.lines:
+                return self.lines[loc[:end]]
+        return 1
+
+    def problem(self, loc: Loc, message: str) -> Problem:
+        return Problem(self.file, self.line(loc), ".".join(map(str, loc)), message)
+
+
+def read_yaml(path: Path) -> tuple[Any, Locator]:
+    """Parse `path` safely, keeping the line of every field; raises SuiteError."""
+    file = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SuiteError([Problem(file, 0, "", f"cannot read the suite: {exc.strerror}")]) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 1
+        reason = getattr(exc, "problem", None) or str(exc)
+        raise SuiteError([Problem(file, line, "", f"YAML syntax error: {reason}")]) from None
+    locator = Locator(file, root)
+    if data is None:
+        raise SuiteError(
+            [
+                Problem(
+                    file,
+                    1,
+                    "",
+                    "the file is empty; a suite needs at least "
+                    "`suite`, `models`, `tasks` and `methods`",
+                )
+            ]
+        )
+    if not isinstance(data, dict):
+        raise SuiteError([locator.problem((), "a suite must be a mapping of fields")])
+    return data, locator
+
+
+def pydantic_problems(
+    error: ValidationError, model: type[BaseModel], locator: Locator, prefix: Loc = ()
+) -> list[Problem]:
+    """Translate a Pydantic error into located problems with suggestions for unknown keys."""
+    problems = []
+    for detail in error.errors():
+        loc = (*prefix, *detail["loc"])
+        if detail["type"] == "extra_forbidden":
+            known = field_names(model, tuple(detail["loc"][:-1]))
+            close = suggest(str(loc[-1]), known)
+            hint = f"; did you mean '{close}'?" if close else f" (allowed: {', '.join(known)})"
+            problems.append(locator.problem(loc, f"unknown field{hint}"))
+        else:
+            problems.append(locator.problem(loc, detail["msg"]))
+    return problems
+
+
+def field_names(model: type[BaseModel], loc: Loc) -> list[str]:
+    """The field names allowed at `loc` inside `model` (for "did you mean")."""
+    annotation: Any = model
+    for part in loc:
+        annotation = _unwrap(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(str(part))
+            if field is None:
+                return []
+            annotation = field.annotation
+        else:
+            args = typing.get_args(annotation)
+            annotation = args[-1] if args else Any
+    annotation = _unwrap(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return sorted(annotation.model_fields)
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    """`X | None` -> X."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def unknown_name_problem(locator: Locator, loc: Loc, error: UnknownNameError) -> Problem:
+    hint = f"; did you mean '{error.suggestion}'?" if error.suggestion else ""
+    return locator.problem(loc, f"unknown {error.family} '{error.name}'{hint}")
+
+
+def import_plugins(modules: Iterable[str], locator: Locator) -> Iterator[Problem]:
+    """Import the suite's plugin modules (this runs their code: only what the suite lists)."""
+    for index, module in enumerate(modules):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            yield locator.problem(("plugins", index), f"cannot import plugin '{module}': {exc}")

@@ -1,0 +1,131 @@
+"""Pydantic models of a suite (SPEC section 2).
+
+Every model forbids unknown keys. Methods are partial trials: they use the same models as
+`defaults`, and only the fields a method sets (`exclude_unset`) are merged over the defaults.
+Model and task sections are validated against the schema their registry entry declares.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
+
+SLUG = r"^[a-z0-9][a-z0-9-]*$"
+
+
+class StrictModel(BaseModel):
+    """A suite section: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ParamsModel(StrictModel):
+    """Extra fields a registered method accepts (e.g. `post_fraction` for placement `mix`)."""
+
+
+class NormSpec(StrictModel):
+    """Where the norms sit in a block and which norm is used (SPEC 5.1-5.2)."""
+
+    model_config = ConfigDict(extra="allow")  # method parameters, checked against the registry
+
+    placement: str = "pre"
+    type: str = "layernorm"
+    qk_norm: bool = False
+    final_norm: bool | None = None  # None: the placement's own default
+    eps: PositiveFloat = 1e-5
+
+
+class OptimizerSpec(StrictModel):
+    """The optimizer and its hyperparameters (SPEC 5.3)."""
+
+    model_config = ConfigDict(extra="allow")  # optimizer-specific parameters
+
+    name: str = "adamw"
+    lr: PositiveFloat = 1e-3
+    weight_decay: float = Field(0.0, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: PositiveFloat = 1e-8
+    momentum: float = Field(0.0, ge=0.0, lt=1.0)
+    nesterov: bool = False
+
+
+class TrainSpec(StrictModel):
+    """The training loop's budget and schedule."""
+
+    steps: PositiveInt = 400
+    batch_size: PositiveInt = 32
+    warmup_steps: NonNegativeInt = 0
+    schedule: str = "cosine"
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    eval_every: PositiveInt = 100
+    eval_batches: PositiveInt = 20
+    grad_clip: PositiveFloat | None = 1.0
+    divergence_factor: PositiveFloat = 5.0
+    log_every: PositiveInt = 10
+
+
+Device = str
+Precision = Literal["fp32", "bf16", "fp16"]
+
+
+class TrialSettings(StrictModel):
+    """What `defaults` and each method may set; the resolved trial is one of these."""
+
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
+    precision: Precision = "fp32"
+    time_limit_s: PositiveFloat = 900.0
+    train: TrainSpec = TrainSpec()
+    optimizer: OptimizerSpec = OptimizerSpec()
+    norm: NormSpec = NormSpec()
+
+
+class MethodSpec(TrialSettings):
+    """A named method: a partial trial, optionally inheriting another and sweeping fields."""
+
+    extends: str | None = None
+    description: str = ""
+    sweep: dict[str, list[Any]] = {}
+
+
+class MatrixEntry(StrictModel):
+    methods: list[str] = Field(min_length=1)
+    models: list[str] = Field(min_length=1)
+    tasks: list[str] = Field(min_length=1)
+
+
+class TargetSpec(StrictModel):
+    metric: str
+    value: float
+
+
+class RankSpec(StrictModel):
+    metric: str = "val_loss"
+    aggregate: Literal["mean_win_rate", "performance_profile", "mean_rank", "normalized"] = (
+        "mean_win_rate"
+    )
+    target: TargetSpec | None = None
+    alpha: float = Field(0.05, gt=0.0, lt=1.0)
+
+
+class TrackingSpec(StrictModel):
+    mlflow: bool = True
+
+
+class Suite(StrictModel):
+    """A suite file (SPEC section 2)."""
+
+    suite: str = Field(pattern=SLUG)
+    description: str = ""
+    cadence: Literal["commit", "nightly", "weekly", "manual"] = "manual"
+    seeds: list[NonNegativeInt] = Field([0], min_length=1)
+    defaults: TrialSettings = TrialSettings()
+    models: dict[str, dict[str, Any]] = Field(min_length=1)
+    tasks: dict[str, dict[str, Any]] = Field(min_length=1)
+    methods: dict[str, MethodSpec] = Field(min_length=1)
+    matrix: list[MatrixEntry] | None = None
+    baseline: str | None = None
+    rank: RankSpec = RankSpec()
+    regression: dict[str, PositiveFloat] = {}
+    tracking: TrackingSpec = TrackingSpec()
+    plugins: list[str] = []

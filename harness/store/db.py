@@ -1,0 +1,305 @@
+"""Opening the results database, migrating it, and the runner's ledger on top of it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, delete, event, insert, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+
+from harness.runner.env import git_commit
+from harness.runner.plan import PlannedTrial
+from harness.runner.results import FINAL_STATUSES, RETRYABLE_STATUSES, TrialResult
+from harness.store.models import LayerStatistic, MetricPoint, Result, SuiteRun, Trial
+
+DEFAULT_URL = "sqlite:///layerbench.db"
+MIGRATIONS = Path(__file__).with_name("migrations")
+STALE_AFTER = timedelta(minutes=5)
+
+
+class DatabaseError(RuntimeError):
+    """The results database cannot be reached or used."""
+
+
+def database_url(url: str | None = None) -> str:
+    return url or os.environ.get("LAYERBENCH_DB") or DEFAULT_URL
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def make_engine(url: str, read_only: bool = False) -> Engine:
+    """An engine; SQLite gets WAL, a busy timeout and foreign keys."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 60})
+        event.listen(engine, "connect", _sqlite_pragmas(read_only))
+        return engine
+    options = "-c default_transaction_read_only=on" if read_only else None
+    return create_engine(url, connect_args={"options": options} if options else {})
+
+
+def _sqlite_pragmas(read_only: bool) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        if read_only:
+            cursor.execute("PRAGMA query_only=ON")
+        else:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.close()
+
+    return on_connect
+
+
+def alembic_config(connection: Any) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the schema to the latest migration (idempotent)."""
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "head")
+
+
+def is_current(engine: Engine) -> bool:
+    with engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+        head = ScriptDirectory.from_config(alembic_config(connection)).get_current_head()
+    return current == head
+
+
+def open_database(url: str | None = None) -> Engine:
+    """Connect, and migrate when the schema is not current; a clear error if unreachable."""
+    url = database_url(url)
+    try:
+        engine = make_engine(url)
+        if not is_current(engine):
+            upgrade(engine)
+    except OperationalError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise DatabaseError(f"cannot use the database {redact(url)}: {reason}") from None
+    return engine
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def runner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+
+
+def claimant_alive(claimed_by: str | None, heartbeat_at: datetime | None) -> bool:
+    """Is the runner holding a claim still at work? (same host: its pid; else: its heartbeat)"""
+    if not claimed_by:
+        return False
+    host, pid, _ = claimed_by.rsplit(":", 2)
+    if heartbeat_at is not None and heartbeat_at.tzinfo is None:
+        heartbeat_at = heartbeat_at.replace(tzinfo=UTC)
+    fresh = heartbeat_at is not None and now() - heartbeat_at < STALE_AFTER
+    if host == socket.gethostname():
+        return fresh and pid_alive(int(pid))
+    return fresh
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class StoreLedger:
+    """The runner's ledger on SQL: atomic claims, heartbeats, one transaction per result."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        suite_run_id: int,
+        force: bool = False,
+        retry_failed: bool = False,
+        on_finish: Callable[[PlannedTrial, int], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.suite_run_id = suite_run_id
+        self.me = runner_id()
+        self.force, self.retry_failed = force, retry_failed
+        self.on_finish = on_finish
+
+    def claim(self, trial: PlannedTrial) -> bool:
+        """Take the trial unless it has a final result (or another live runner has it)."""
+        if self._insert_claim(trial):
+            return True
+        with Session(self.engine) as session:
+            row = session.execute(
+                select(Trial.status, Trial.claimed_by, Trial.heartbeat_at).where(
+                    Trial.key == trial.key
+                )
+            ).one()
+        if not self.claimable(row.status, row.claimed_by, row.heartbeat_at):
+            return False
+        with self.engine.begin() as connection:
+            taken = connection.execute(
+                update(Trial)
+                .where(
+                    Trial.key == trial.key,
+                    Trial.status == row.status,
+                    Trial.claimed_by.is_not_distinct_from(row.claimed_by),
+                )
+                .values(self._claim_values(trial), attempts=Trial.attempts + 1)
+            )
+        return taken.rowcount == 1
+
+    def claimable(self, status: str, claimed_by: str | None, heartbeat_at: datetime | None) -> bool:
+        if status == "running":
+            return not claimant_alive(claimed_by, heartbeat_at)
+        if status in RETRYABLE_STATUSES and self.retry_failed:
+            return True
+        return status not in FINAL_STATUSES or self.force
+
+    def _claim_values(self, trial: PlannedTrial) -> dict[str, Any]:
+        stamp = now()
+        return {
+            "status": "running",
+            "claimed_by": self.me,
+            "heartbeat_at": stamp,
+            "started_at": stamp,
+            "ended_at": None,
+            "error": None,
+            "suite_run_id": self.suite_run_id,
+            "config": trial.config,
+            "sweep": trial.sweep,
+        }
+
+    def _insert_claim(self, trial: PlannedTrial) -> bool:
+        values = {
+            "key": trial.key,
+            "suite": trial.suite,
+            "method": trial.method,
+            "model": trial.model,
+            "task": trial.task,
+            "seed": trial.seed,
+            "attempts": 1,
+            **self._claim_values(trial),
+        }
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(insert(Trial).values(values))
+        except IntegrityError:
+            return False
+        return True
+
+    def heartbeat(self, trial: PlannedTrial) -> None:
+        with self.engine.begin() as connection:
+            connection.execute(
+                update(Trial)
+                .where(Trial.key == trial.key, Trial.claimed_by == self.me)
+                .values(heartbeat_at=now())
+            )
+
+    def finish(self, trial: PlannedTrial, result: TrialResult) -> None:
+        """Store the result, its series and its statistics in one transaction."""
+        with Session(self.engine) as session, session.begin():
+            trial_id = session.scalars(
+                select(Trial.id).where(Trial.key == trial.key, Trial.claimed_by == self.me)
+            ).one_or_none()
+            if trial_id is None:
+                return
+            for table in (MetricPoint, Result, LayerStatistic):
+                session.execute(delete(table).where(table.trial_id == trial_id))
+            session.execute(update(Trial).where(Trial.id == trial_id).values(finished(result)))
+            session.add_all(result_rows(trial_id, result))
+        if self.on_finish is not None:
+            self.on_finish(trial, trial_id)
+
+
+def finished(result: TrialResult) -> dict[str, Any]:
+    return {
+        "status": result.status,
+        "error": result.error,
+        "failed_step": result.failed_step,
+        "steps_done": result.steps_done,
+        "tokens": result.tokens,
+        "train_time_s": result.train_time_s,
+        "eval_time_s": result.eval_time_s,
+        "wall_time_s": result.wall_time_s,
+        "environment": result.environment,
+        "ended_at": now(),
+        "claimed_by": None,
+    }
+
+
+def finite(value: float) -> float | None:
+    """NaN and inf are stored as NULL (not every database keeps them)."""
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def result_rows(trial_id: int, result: TrialResult) -> Iterator[Any]:
+    for point in result.series:
+        for name, value in point.metrics.items():
+            yield MetricPoint(
+                trial_id=trial_id,
+                name=name,
+                step=point.step,
+                tokens=point.tokens,
+                train_time_s=point.train_time_s,
+                wall_time_s=point.wall_time_s,
+                value=finite(value),
+            )
+    for name, value in result.final.items():
+        yield Result(trial_id=trial_id, name=name, value=finite(value))
+    for stat in result.layer_stats:
+        yield LayerStatistic(
+            trial_id=trial_id,
+            step=stat.step,
+            layer=stat.layer,
+            name=stat.name,
+            value=finite(stat.value),
+        )
+
+
+@contextmanager
+def suite_run(engine: Engine, suite: str, cadence: str, n_planned: int) -> Iterator[SuiteRun]:
+    """Record one invocation on a suite: start, end, host, commit, trials ran."""
+    with Session(engine, expire_on_commit=False) as session, session.begin():
+        run = SuiteRun(
+            suite=suite,
+            cadence=cadence,
+            started_at=now(),
+            host=platform.node(),
+            git_commit=git_commit(),
+            n_planned=n_planned,
+            n_ran=0,
+        )
+        session.add(run)
+    try:
+        yield run
+    finally:
+        with Session(engine) as session, session.begin():
+            session.execute(
+                update(SuiteRun)
+                .where(SuiteRun.id == run.id)
+                .values(ended_at=now(), n_ran=run.n_ran)
+            )

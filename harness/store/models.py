@@ -1,0 +1,106 @@
+"""SQLAlchemy 2 models of the results database (SPEC section 7)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: JSON,
+        datetime: DateTime(timezone=True),
+    }
+
+
+class SuiteRun(Base):
+    """One invocation of `layerbench run` (or of a nightly) on one suite."""
+
+    __tablename__ = "suite_runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    suite: Mapped[str] = mapped_column(String(200), index=True)
+    cadence: Mapped[str] = mapped_column(String(20))
+    started_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
+    host: Mapped[str] = mapped_column(String(200))
+    git_commit: Mapped[str | None] = mapped_column(String(64))
+    n_planned: Mapped[int] = mapped_column(Integer, default=0)
+    n_ran: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Trial(Base):
+    """A trial, unique by key; claimed, run and finished in place."""
+
+    __tablename__ = "trials"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    suite: Mapped[str] = mapped_column(String(200), index=True)
+    method: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(String(200))
+    task: Mapped[str] = mapped_column(String(200))
+    seed: Mapped[int]
+    sweep: Mapped[dict[str, Any]]
+    config: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    error: Mapped[str | None] = mapped_column(Text)
+    failed_step: Mapped[int | None]
+    steps_done: Mapped[int] = mapped_column(Integer, default=0)
+    tokens: Mapped[int] = mapped_column(Integer, default=0)
+    train_time_s: Mapped[float | None] = mapped_column(Float)
+    eval_time_s: Mapped[float | None] = mapped_column(Float)
+    wall_time_s: Mapped[float | None] = mapped_column(Float)
+    environment: Mapped[dict[str, Any] | None]
+    claimed_by: Mapped[str | None] = mapped_column(String(200))
+    heartbeat_at: Mapped[datetime | None]
+    started_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    suite_run_id: Mapped[int | None] = mapped_column(ForeignKey("suite_runs.id"))
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
+
+
+class MetricPoint(Base):
+    """A metric at one evaluation: (step, tokens, train time, wall time, value)."""
+
+    __tablename__ = "metric_series"
+    __table_args__ = (Index("ix_metric_series_trial_name", "trial_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(100))
+    step: Mapped[int]
+    tokens: Mapped[int]
+    train_time_s: Mapped[float] = mapped_column(Float)
+    wall_time_s: Mapped[float] = mapped_column(Float)
+    value: Mapped[float | None] = mapped_column(Float)
+
+
+class Result(Base):
+    """A final metric of a trial."""
+
+    __tablename__ = "results"
+
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float)
+
+
+class LayerStatistic(Base):
+    """A per-layer diagnostic at one step (SPEC 5.7)."""
+
+    __tablename__ = "layer_stats"
+    __table_args__ = (Index("ix_layer_stats_trial", "trial_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    step: Mapped[int]
+    layer: Mapped[int]
+    name: Mapped[str] = mapped_column(String(100))
+    value: Mapped[float | None] = mapped_column(Float)

@@ -1,0 +1,44 @@
+"""The workload interface (AlgoPerf's split): a task owns its data, loss and evaluation.
+
+The runner owns the clock and the optimizer; it asks the task for batches, a loss to
+minimise, and evaluation metrics.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor, nn
+
+Batch = tuple[Tensor, ...]
+
+
+class Task(ABC):
+    """A training task: batches, loss and evaluation metrics."""
+
+    vocab_size: int
+    seq_len: int
+
+    @abstractmethod
+    def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
+        """An endless stream of training batches (CPU tensors), ordered by `generator` only."""
+
+    @abstractmethod
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        """The scalar training loss of `model` on `batch` (already on the model's device)."""
+
+    @abstractmethod
+    def evaluate(
+        self, model: nn.Module, batch_size: int, n_batches: int, final: bool
+    ) -> dict[str, float]:
+        """Validation metrics (always `val_loss`); with `final`, the test-split metrics too.
+
+        Deterministic: the same model gives the same numbers whatever the training seed.
+        """
+
+    @staticmethod
+    def batch_tokens(batch: Batch) -> int:
+        """Tokens (input positions) in a batch, for throughput accounting."""
+        return batch[0].numel()

@@ -1,0 +1,197 @@
+"""Causal language modelling on a text corpus (SPEC section 4, task type `lm`)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, PositiveInt, field_validator, model_validator
+from torch import Tensor, nn
+
+from harness.registry import TASKS, TOKENIZERS
+from harness.spec.schema import StrictModel
+from harness.tasks.base import Batch, Task
+from harness.tasks.corpora import (
+    Corpus,
+    Document,
+    Tokenizer,
+    build_tokenizer,
+    check_corpus_name,
+    load_corpus,
+)
+
+SPLITS = ("train", "val", "test")
+
+
+class LMTaskSpec(StrictModel):
+    """A task section of type `lm`."""
+
+    type: Literal["lm"] = "lm"
+    corpus: str = "shakespeare"
+    tokenizer: str = "byte"
+    seq_len: PositiveInt = 128
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    split_seed: int = 0
+
+    @field_validator("corpus")
+    @classmethod
+    def _known_corpus(cls, corpus: str) -> str:
+        check_corpus_name(corpus)
+        return corpus
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _known_tokenizer(cls, tokenizer: str) -> str:
+        TOKENIZERS.entry(tokenizer)
+        return tokenizer
+
+    @model_validator(mode="after")
+    def _room_for_train(self) -> LMTaskSpec:
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ValueError("val_fraction + test_fraction must be below 1")
+        return self
+
+
+def split_documents(
+    documents: list[Document], val_fraction: float, test_fraction: float, seed: int
+) -> dict[str, list[Document]]:
+    """Documents assigned to train/val/test by a seeded permutation, at least one per split.
+
+    The permutation orders documents by sha256(f"{seed}:{name}"), so it depends only on the
+    seed and the document names (not on file order, numpy's or torch's random streams).
+    """
+    n = len(documents)
+    if n < len(SPLITS):
+        raise ValueError(
+            f"a document-level train/val/test split needs at least 3 documents, got {n} "
+            "(give a directory of .txt files)"
+        )
+    n_val = max(1, round(n * val_fraction))
+    n_test = max(1, round(n * test_fraction))
+    if n - n_val - n_test < 1:
+        raise ValueError(f"{n} documents leave none for training after val and test")
+
+    def key(doc: Document) -> str:
+        return hashlib.sha256(f"{seed}:{doc[0]}".encode()).hexdigest()
+
+    order = sorted(documents, key=key)
+    return {
+        "val": order[:n_val],
+        "test": order[n_val : n_val + n_test],
+        "train": order[n_val + n_test :],
+    }
+
+
+def eval_windows(tokens: Tensor, seq_len: int, n_windows: int) -> Tensor:
+    """Up to `n_windows` evenly spaced, non-overlapping windows of `seq_len + 1` tokens.
+
+    Starts are `i * (len - seq_len - 1) // (k - 1)`: consecutive starts differ by at least
+    `seq_len`, so the targets of different windows never overlap.
+    """
+    k = min(n_windows, (len(tokens) - 1) // seq_len)
+    span = len(tokens) - seq_len - 1
+    starts = torch.arange(k) * span // max(k - 1, 1)
+    return tokens[starts[:, None] + torch.arange(seq_len + 1)]
+
+
+def perplexity(loss: float) -> float:
+    """exp(loss), infinite instead of overflowing."""
+    return math.inf if loss > 709.0 else math.exp(loss)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@TASKS.register("lm", params=LMTaskSpec)
+class LMTask(Task):
+    """Next-token prediction on a corpus, split by document; reports loss, ppl and bits/byte."""
+
+    def __init__(self, spec: LMTaskSpec) -> None:
+        self.spec = spec
+        self.corpus: Corpus = load_corpus(spec.corpus)
+        self.tokenizer: Tokenizer = build_tokenizer(spec.tokenizer, self.corpus)
+        self.splits = split_documents(
+            self.corpus.documents, spec.val_fraction, spec.test_fraction, spec.split_seed
+        )
+        self.tokens = {name: self._encode(docs) for name, docs in self.splits.items()}
+        for name, tokens in self.tokens.items():
+            if len(tokens) <= spec.seq_len:
+                raise ValueError(
+                    f"the {name} split of corpus '{spec.corpus}' has {len(tokens)} tokens, "
+                    f"fewer than seq_len + 1 = {spec.seq_len + 1}"
+                )
+        self.vocab_size = self.tokenizer.vocab_size
+        self.seq_len = spec.seq_len
+
+    @staticmethod
+    def fingerprint(spec: LMTaskSpec) -> str:
+        """The corpus files' fingerprint (raw bytes; no parsing or tokenizing)."""
+        return load_corpus(spec.corpus).fingerprint()
+
+    def _encode(self, documents: list[Document]) -> Tensor:
+        text = "\n".join(text for _, text in documents)
+        return torch.from_numpy(self.tokenizer.encode(text))
+
+    def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
+        """Random windows of the concatenated train documents, positions drawn from `generator`."""
+        tokens = self.tokens["train"]
+        offsets = torch.arange(self.seq_len + 1)
+        while True:
+            starts = torch.randint(
+                0, len(tokens) - self.seq_len, (batch_size,), generator=generator
+            )
+            windows = tokens[starts[:, None] + offsets]
+            yield windows[:, :-1], windows[:, 1:]
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        x, y = batch
+        logits = model(input_ids=x).logits
+        return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+
+    def evaluate(
+        self, model: nn.Module, batch_size: int, n_batches: int, final: bool
+    ) -> dict[str, float]:
+        """Loss, perplexity and bits per byte on fixed windows of val (and, if final, test)."""
+        was_training = model.training
+        model.eval()
+        try:
+            val_loss, val_bpb = self._split_loss(model, "val", batch_size, n_batches)
+            metrics = {
+                "val_loss": val_loss,
+                "val_ppl": perplexity(val_loss),
+                "bits_per_byte": val_bpb,
+            }
+            if final:
+                test_loss, test_bpb = self._split_loss(model, "test", batch_size, n_batches)
+                metrics |= {
+                    "test_loss": test_loss,
+                    "test_ppl": perplexity(test_loss),
+                    "test_bits_per_byte": test_bpb,
+                }
+        finally:
+            model.train(was_training)
+        return metrics
+
+    @torch.no_grad()
+    def _split_loss(
+        self, model: nn.Module, split: str, batch_size: int, n_batches: int
+    ) -> tuple[float, float]:
+        """Mean loss (nats per token) and bits per byte over the split's evaluation windows."""
+        windows = eval_windows(self.tokens[split], self.seq_len, batch_size * n_batches)
+        device = model_device(model)
+        nats, n_tokens, n_bytes = 0.0, 0, 0
+        for chunk in windows.split(batch_size):
+            x, y = chunk[:, :-1], chunk[:, 1:]
+            logits = model(input_ids=x.to(device)).logits
+            nats += F.cross_entropy(
+                logits.float().flatten(0, 1), y.to(device).flatten(), reduction="sum"
+            ).item()
+            n_tokens += y.numel()
+            n_bytes += self.tokenizer.n_bytes(y.numpy())
+        return nats / n_tokens, nats / math.log(2) / n_bytes

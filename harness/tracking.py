@@ -1,0 +1,114 @@
+"""MLflow logging: one experiment per suite, one run per trial (SPEC section 7).
+
+The tracker reads what the store holds, so a trial stored before a crash is logged later.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.orm import Session
+
+from harness.store.models import MetricPoint, Result, Trial
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+BATCH = 900
+STATUS = {"done": "FINISHED", "diverged": "FINISHED", "timeout": "KILLED", "failed": "FAILED"}
+
+
+def tracking_uri(uri: str | None = None) -> str:
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """{"optimizer": {"lr": 0.1}} -> {"optimizer.lr": "0.1"}."""
+    flat: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+def chunks(items: list[Any], size: int = BATCH) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class MLflowTracker:
+    """Logs stored trials to MLflow and records each run's id on the trial."""
+
+    def __init__(self, engine: Engine, uri: str | None = None) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.engine = engine
+        self.client = MlflowClient(tracking_uri(uri))
+
+    def experiment_id(self, suite: str) -> str:
+        experiment = self.client.get_experiment_by_name(suite)
+        return experiment.experiment_id if experiment else self.client.create_experiment(suite)
+
+    def log_trial(self, trial_id: int) -> str:
+        """Create the trial's run: params, metric series with steps, final metrics, tags."""
+        from mlflow.entities import Metric, Param
+
+        with Session(self.engine) as session:
+            trial = session.get_one(Trial, trial_id)
+            points = session.scalars(
+                select(MetricPoint).where(MetricPoint.trial_id == trial_id)
+            ).all()
+            finals = session.scalars(select(Result).where(Result.trial_id == trial_id)).all()
+        tags = {
+            "trial_key": trial.key,
+            "status": trial.status,
+            "method": trial.method,
+            "model": trial.model,
+            "task": trial.task,
+            "seed": str(trial.seed),
+        }
+        run = self.client.create_run(
+            self.experiment_id(trial.suite), run_name=f"{trial.method}-s{trial.seed}", tags=tags
+        )
+        run_id = run.info.run_id
+        stamp = int(time.time() * 1000)
+        params = [Param(k, v) for k, v in flatten(trial.config).items()]
+        metrics = [
+            Metric(p.name, p.value, stamp, p.step) for p in points if p.value is not None
+        ] + [
+            Metric(f"final_{r.name}", r.value, stamp, trial.steps_done)
+            for r in finals
+            if r.value is not None
+        ]
+        for batch in chunks(params, 100):
+            self.client.log_batch(run_id, params=batch)
+        for batch in chunks(metrics):
+            self.client.log_batch(run_id, metrics=batch)
+        self.client.log_dict(run_id, trial.config, "config.json")
+        if trial.error:
+            self.client.log_text(run_id, trial.error, "error.txt")
+        self.client.set_terminated(run_id, status=STATUS.get(trial.status, "FAILED"))
+        with self.engine.begin() as connection:
+            connection.execute(
+                update(Trial).where(Trial.id == trial_id).values(mlflow_run_id=run_id)
+            )
+        return run_id
+
+    def backfill(self, suite: str) -> int:
+        """Log the suite's finished trials that have no MLflow run yet (after a crash)."""
+        with Session(self.engine) as session:
+            missing = session.scalars(
+                select(Trial.id).where(
+                    Trial.suite == suite,
+                    Trial.mlflow_run_id.is_(None),
+                    Trial.status.in_(list(STATUS)),
+                )
+            ).all()
+        for trial_id in missing:
+            self.log_trial(trial_id)
+        return len(missing)

@@ -1,0 +1,54 @@
+"""Shared fixtures: tiny suites that train in seconds on the CPU."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY_SUITE = """\
+suite: tiny
+seeds: [0, 1]
+defaults:
+  time_limit_s: 120
+  train: {{steps: {steps}, batch_size: 8, warmup_steps: 2, eval_every: {eval_every}, eval_batches: 2}}
+  optimizer: {{name: adamw, lr: 3.0e-3}}
+models:
+  gpt-2l: {{type: gpt, n_layers: 2, d_model: 32, n_heads: 2, max_seq_len: 64}}
+tasks:
+  bytes: {{type: lm, corpus: shakespeare, tokenizer: byte, seq_len: 32}}
+methods:
+{methods}
+baseline: pre-ln
+"""
+
+
+def write_suite(
+    directory: Path, methods: str, steps: int = 20, eval_every: int = 10, extra: str = ""
+) -> Path:
+    """A tiny suite file; `methods` is the YAML body of the `methods` section."""
+    path = directory / "suite.yaml"
+    body = TINY_SUITE.format(
+        steps=steps, eval_every=eval_every, methods=textwrap.indent(methods.strip(), "  ")
+    )
+    path.write_text(body + extra)
+    return path
+
+
+@pytest.fixture
+def tiny_suite(tmp_path: Path) -> Path:
+    return write_suite(tmp_path, "pre-ln: {}\npost-ln: {norm: {placement: post}}")
+
+
+@pytest.fixture(autouse=True)
+def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test has its own default database and MLflow store, and runs offline."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LAYERBENCH_DB", f"sqlite:///{tmp_path / 'layerbench.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))

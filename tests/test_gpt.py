@@ -1,0 +1,280 @@
+"""The built-in `gpt` model (SPEC 3): shapes, causality, loss, Hub round trip, variants."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from pydantic import ValidationError
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from harness.methods.placement import PostNorm, PreNorm
+from harness.models.gpt import GPT, GPTConfig, GPTSpec, apply_rope, build_gpt, rope_tables
+from harness.registry import MODELS, NORM_TYPES, Entry, UnknownNameError
+from harness.spec.schema import NormSpec, ParamsModel
+
+VOCAB, BATCH, SEQ = 37, 2, 12
+SMALL = {"n_layers": 2, "d_model": 32, "n_heads": 4, "max_seq_len": 32}
+
+
+def gpt(norm: NormSpec | None = None, **fields: Any) -> GPT:
+    torch.manual_seed(0)
+    spec = GPTSpec(**{**SMALL, **fields})
+    return build_gpt(spec, norm or NormSpec(), VOCAB).eval()
+
+
+@pytest.fixture
+def ids() -> torch.Tensor:
+    torch.manual_seed(1)
+    return torch.randint(0, VOCAB, (BATCH, SEQ))
+
+
+def test_registered_builder_and_auto_classes() -> None:
+    assert MODELS.get("gpt") is build_gpt
+    assert MODELS.entry("gpt").params is GPTSpec
+    assert isinstance(AutoConfig.for_model("layerbench-gpt"), GPTConfig)
+
+
+def test_forward_shapes_and_hidden_states(ids: torch.Tensor) -> None:
+    model = gpt()
+    out = model(ids, output_hidden_states=True)
+    assert out.logits.shape == (BATCH, SEQ, VOCAB)
+    assert len(out.hidden_states) == SMALL["n_layers"] + 1
+    assert all(h.shape == (BATCH, SEQ, SMALL["d_model"]) for h in out.hidden_states)
+    torch.testing.assert_close(model.embed_tokens(ids), out.hidden_states[0])
+    last = model.lm_head(model.final_norm(out.hidden_states[-1]))
+    torch.testing.assert_close(last, out.logits)
+    assert model(ids).hidden_states is None
+
+
+def test_return_dict_false_gives_tuple(ids: torch.Tensor) -> None:
+    loss, logits = gpt()(ids, labels=ids, return_dict=False)
+    assert loss.ndim == 0 and logits.shape == (BATCH, SEQ, VOCAB)
+
+
+@pytest.mark.parametrize("pos", ["rope", "learned"])
+def test_causal(ids: torch.Tensor, pos: str) -> None:
+    model, t = gpt(pos=pos), 6
+    changed = ids.clone()
+    changed[:, t] = (ids[:, t] + 1) % VOCAB
+    before, after = model(ids).logits, model(changed).logits
+    torch.testing.assert_close(before[:, :t], after[:, :t])
+    assert not torch.allclose(before[:, t], after[:, t])
+
+
+def test_learned_and_rope_differ_in_position_parameters() -> None:
+    assert gpt(pos="rope").embed_positions is None
+    assert gpt(pos="learned").embed_positions.weight.shape == (SMALL["max_seq_len"], 32)
+
+
+def test_rope_scores_depend_only_on_offset() -> None:
+    torch.manual_seed(2)
+    q, k = torch.randn(8), torch.randn(8)
+    rope = rope_tables(10, 8, torch.device("cpu"))
+
+    def score(i: int, j: int) -> torch.Tensor:
+        rotated_q = apply_rope(q.expand(10, 8), rope)[i]
+        rotated_k = apply_rope(k.expand(10, 8), rope)[j]
+        return rotated_q @ rotated_k
+
+    torch.testing.assert_close(score(5, 2), score(7, 4))
+    assert not torch.allclose(score(5, 2), score(5, 3))
+
+
+def test_loss_is_shifted_cross_entropy(ids: torch.Tensor) -> None:
+    model = gpt()
+    labels = ids.clone()
+    labels[0, 3:6] = -100
+    out = model(ids, labels=labels)
+    logits, targets = out.logits[:, :-1], labels[:, 1:]
+    keep = targets != -100
+    manual = F.cross_entropy(logits[keep], targets[keep])
+    torch.testing.assert_close(out.loss, manual)
+
+
+def test_save_and_load_round_trip(tmp_path: Path, ids: torch.Tensor) -> None:
+    model = gpt(NormSpec(type="rmsnorm", qk_norm=True), n_kv_heads=2)
+    model.save_pretrained(tmp_path)
+    reloaded = GPT.from_pretrained(tmp_path).eval()
+    auto = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert isinstance(auto, GPT)
+    assert auto.config.norm_type == "rmsnorm" and auto.config.n_kv_heads == 2
+    expected = model(ids).logits
+    assert torch.equal(reloaded(ids).logits, expected)
+    assert torch.equal(auto(ids).logits, expected)
+    assert auto.lm_head.weight is auto.embed_tokens.weight
+
+
+def test_untied_embeddings(tmp_path: Path, ids: torch.Tensor) -> None:
+    model = gpt(tie_embeddings=False)
+    assert model.lm_head.weight is not model.embed_tokens.weight
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert torch.equal(reloaded(ids).logits, model(ids).logits)
+
+
+def expected_params(d_model: int, d_ff: int, mlp_matrices: int, kv_dim: int) -> int:
+    """Tied embedding + per layer (attention, MLP, two LayerNorms) + final LayerNorm."""
+    attention = 2 * d_model * d_model + 2 * d_model * kv_dim
+    layer = attention + mlp_matrices * d_model * d_ff + 2 * 2 * d_model
+    return VOCAB * d_model + SMALL["n_layers"] * layer + 2 * d_model
+
+
+@pytest.mark.parametrize(("mlp", "d_ff", "matrices"), [("swiglu", 88, 3), ("gelu", 128, 2)])
+def test_parameter_count_matches_formula(mlp: str, d_ff: int, matrices: int) -> None:
+    model = gpt(mlp=mlp)
+    assert model.config.d_ff == d_ff
+    assert model.num_parameters() == expected_params(32, d_ff, matrices, kv_dim=32)
+
+
+def test_default_d_ff() -> None:
+    assert GPTConfig(d_model=128, mlp="swiglu").d_ff == 344
+    assert GPTConfig(d_model=128, mlp="relu").d_ff == 512
+    assert GPTConfig(d_model=128, d_ff=100).d_ff == 100
+
+
+def test_grouped_query_attention_equals_repeated_heads(ids: torch.Tensor) -> None:
+    gqa, mha = gpt(n_kv_heads=2), gpt()
+    assert gqa.num_parameters() == expected_params(32, 88, 3, kv_dim=16)
+    state = gqa.state_dict()
+    for name, tensor in state.items():
+        if name.endswith(("k_proj.weight", "v_proj.weight")):
+            state[name] = tensor.unflatten(0, (2, 8)).repeat_interleave(2, dim=0).flatten(0, 1)
+    mha.load_state_dict(state)
+    torch.testing.assert_close(gqa(ids).logits, mha(ids).logits)
+
+
+@pytest.mark.parametrize("use_cache", [None, True, False])
+def test_generate_appends_greedy_tokens(ids: torch.Tensor, use_cache: bool | None) -> None:
+    model = gpt(init_std=0.5)
+    prompt = expected = ids[:, :5]
+    for _ in range(3):
+        expected = torch.cat([expected, model(expected).logits[:, -1:].argmax(-1)], dim=1)
+    options = {} if use_cache is None else {"use_cache": use_cache}
+    out = model.generate(prompt, max_new_tokens=3, do_sample=False, **options)
+    assert out.shape == (BATCH, 8)
+    assert torch.equal(out, expected)
+
+
+def test_left_padding_is_masked(ids: torch.Tensor) -> None:
+    model = gpt()
+    padded = torch.cat([torch.zeros(BATCH, 3, dtype=torch.long), ids], dim=1)
+    mask = (torch.arange(SEQ + 3) >= 3).long().expand(BATCH, -1)
+    torch.testing.assert_close(model(padded, attention_mask=mask).logits[:, 3:], model(ids).logits)
+
+
+def test_spec_rejects_heads_that_do_not_divide() -> None:
+    with pytest.raises(ValidationError, match=r"d_model \(30\) must be divisible by n_heads \(4\)"):
+        GPTSpec(d_model=30, n_heads=4)
+    with pytest.raises(ValidationError, match="n_kv_heads"):
+        GPTSpec(n_heads=4, n_kv_heads=3)
+    with pytest.raises(ValidationError):
+        GPTSpec(dropout=1.0)
+
+
+def test_unknown_placement_suggests_closest() -> None:
+    with pytest.raises(UnknownNameError, match="did you mean 'pre'"):
+        gpt(NormSpec(placement="pree"))
+    with pytest.raises(UnknownNameError, match="did you mean 'rmsnorm'"):
+        gpt(NormSpec(type="rmsnom", final_norm=True))
+
+
+def test_unknown_norm_field_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"\['alpha_init'\] are not parameters"):
+        gpt(NormSpec(alpha_init=0.5))
+
+
+class ScaledParams(ParamsModel):
+    scale: float = 1.0
+
+
+def scaled_norm(dim: int, eps: float, scale: float) -> nn.Module:
+    """A LayerNorm whose gain starts at `scale` (stands in for dyt, derf and friends)."""
+    norm = nn.LayerNorm(dim, eps=eps)
+    nn.init.constant_(norm.weight, scale)
+    return norm
+
+
+@pytest.fixture
+def scaled_type(monkeypatch: pytest.MonkeyPatch) -> str:
+    assert "scaled" not in NORM_TYPES  # also loads the built-in types before patching
+    entry = Entry("scaled", scaled_norm, NORM_TYPES.family, "", ScaledParams)
+    monkeypatch.setitem(NORM_TYPES._entries, "scaled", entry)
+    return "scaled"
+
+
+def test_norm_fields_reach_the_norm_factory(scaled_type: str) -> None:
+    model = gpt(NormSpec(type=scaled_type, scale=0.5))
+    assert model.config.norm_params == {"scale": 0.5}
+    gains = [model.blocks[0].placement.norm1.weight, model.final_norm.weight]
+    assert all(torch.equal(g, torch.full((32,), 0.5)) for g in gains)
+    assert torch.equal(gpt(NormSpec(type=scaled_type)).final_norm.weight, torch.ones(32))
+    with pytest.raises(ValidationError):
+        gpt(NormSpec(type=scaled_type, scale="big"))
+
+
+def test_placements_and_final_norm(ids: torch.Tensor) -> None:
+    post = gpt(NormSpec(placement="post"))
+    assert isinstance(post.blocks[0].placement, PostNorm)
+    assert isinstance(post.final_norm, nn.Identity)
+    pre = gpt(NormSpec(final_norm=False))
+    assert isinstance(pre.blocks[1].placement, PreNorm)
+    assert isinstance(pre.final_norm, nn.Identity)
+    assert isinstance(gpt(NormSpec(placement="post", final_norm=True)).final_norm, nn.LayerNorm)
+    assert post(ids).logits.isfinite().all()
+
+
+def test_qk_norm_normalizes_each_head() -> None:
+    attn = gpt(NormSpec(qk_norm=True)).blocks[0].attn
+    assert isinstance(attn.q_norm, nn.LayerNorm) and attn.q_norm.normalized_shape == (8,)
+    assert isinstance(gpt().blocks[0].attn.k_norm, nn.Identity)
+
+
+def test_init_scales_residual_outputs() -> None:
+    model = gpt(n_layers=8, d_model=128, init_std=0.05, bias=True)
+    block = model.blocks[3]
+    scaled = 0.05 / math.sqrt(2 * 8)
+    assert block.attn.q_proj.weight.std().item() == pytest.approx(0.05, rel=0.05)
+    assert block.attn.o_proj.weight.std().item() == pytest.approx(scaled, rel=0.05)
+    assert block.mlp.down_proj.weight.std().item() == pytest.approx(scaled, rel=0.05)
+    assert model.embed_tokens.weight.std().item() == pytest.approx(0.05, rel=0.1)
+    assert torch.count_nonzero(block.mlp.up_proj.bias) == 0
+
+
+def test_dropout_only_in_training(ids: torch.Tensor) -> None:
+    model = gpt(dropout=0.5)
+    assert torch.equal(model(ids).logits, model(ids).logits)
+    model.train()
+    assert not torch.equal(model(ids).logits, model(ids).logits)
+
+
+def test_bf16_autocast_close_to_fp32(ids: torch.Tensor) -> None:
+    model = gpt(NormSpec(qk_norm=True))
+    fp32 = model(ids, labels=ids).loss
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = model(ids, labels=ids)
+    assert bf16.logits.dtype == torch.bfloat16
+    assert bf16.loss.item() == pytest.approx(fp32.item(), abs=0.05)
+
+
+def test_too_long_sequence_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="exceeds max_seq_len 32"):
+        gpt()(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_config_keeps_the_spec_and_norm_fields() -> None:
+    config = gpt(NormSpec(type="rmsnorm", eps=1e-6), pos="learned").config
+    assert isinstance(config, GPTConfig)
+    assert (config.pos, config.norm_type, config.norm_eps, config.vocab_size) == (
+        "learned",
+        "rmsnorm",
+        1e-6,
+        VOCAB,
+    )
+    assert config.hidden_size == 32 and config.num_hidden_layers == 2
+    assert config.tie_word_embeddings is True and config.final_norm is True

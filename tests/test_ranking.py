@@ -1,0 +1,282 @@
+"""Tests of harness.ranking: statistics on hand-made outcomes and the export formats."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from harness.ranking import (
+    Ranking,
+    RankRow,
+    TrialOutcome,
+    format_ranking,
+    holm,
+    paired_test,
+    rank,
+    rich_table,
+    select_tuned,
+)
+from harness.registry import RegistryError
+
+ROW_KEYS = [
+    "task",
+    "model",
+    "metric",
+    "method",
+    "mean",
+    "std",
+    "n",
+    "n_done",
+    "n_failed",
+    "ci_low",
+    "ci_high",
+    "delta",
+    "p_value",
+    "verdict",
+    "win_rate",
+    "rank",
+]
+SUMMARY_KEYS = ["method", "mean_win_rate", "mean_rank", "n_trials", "n_failed"]
+
+
+def outcomes(
+    method: str,
+    values: Sequence[float | None],
+    metric: str = "val_loss",
+    task: str = "lm",
+    model: str = "gpt",
+) -> list[TrialOutcome]:
+    """One outcome per seed; None marks a diverged seed."""
+    return [
+        TrialOutcome(method, model, task, seed, "diverged", {})
+        if value is None
+        else TrialOutcome(method, model, task, seed, "done", {metric: value})
+        for seed, value in enumerate(values)
+    ]
+
+
+def row_of(ranking: Ranking, method: str, task: str = "lm") -> RankRow:
+    return next(r for r in ranking.rows if r.method == method and r.task == task)
+
+
+def test_mean_std_n_on_a_hand_made_example() -> None:
+    ranking = rank(outcomes("a", [1.0, 2.0, 3.0]) + outcomes("b", [4.0]), "val_loss", None)
+    a, b = row_of(ranking, "a"), row_of(ranking, "b")
+    assert (a.mean, a.std, a.n, a.n_done, a.n_failed) == (2.0, 1.0, 3, 3, 0)
+    assert (b.mean, b.std, b.ci_low, b.ci_high) == (4.0, None, None, None)
+    assert ranking.direction == "min"
+    assert a.delta is a.p_value is a.verdict is None
+
+
+def test_ci_contains_the_mean_and_is_deterministic() -> None:
+    values = list(np.random.default_rng(1).normal(5.0, 1.0, 30))
+    first = row_of(rank(outcomes("a", values) + outcomes("b", [1.0] * 30), "val_loss", None), "a")
+    again = row_of(rank(outcomes("a", values), "val_loss", None), "a")
+    assert first.ci_low is not None and first.ci_high is not None
+    assert first.ci_low < first.mean < first.ci_high
+    assert (first.ci_low, first.ci_high) == pytest.approx((again.ci_low, again.ci_high), abs=1e-12)
+    expected = stats.bootstrap(
+        (np.array(values),),
+        np.mean,
+        method="percentile",
+        n_resamples=2000,
+        rng=np.random.default_rng(0),
+    ).confidence_interval
+    assert (first.ci_low, first.ci_high) == pytest.approx((expected.low, expected.high))
+
+
+def test_identical_values_have_a_zero_width_ci() -> None:
+    row = row_of(rank(outcomes("a", [0.5, 0.5, 0.5]), "val_loss", None), "a")
+    assert (row.ci_low, row.ci_high, row.std) == (0.5, 0.5, 0.0)
+
+
+def test_verdicts_against_the_baseline() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.normal(3.0, 0.3, 20)
+    data = {
+        "base": base,
+        "good": base - 0.5 + rng.normal(0, 0.05, 20),
+        "bad": base + 0.5 + rng.normal(0, 0.05, 20),
+        "same": base + rng.normal(0, 0.05, 20),
+    }
+    ranking = rank([o for m, v in data.items() for o in outcomes(m, v)], "val_loss", "base")
+    verdicts = {r.method: r.verdict for r in ranking.rows}
+    assert verdicts == {"base": "baseline", "good": "better", "bad": "worse", "same": "tie"}
+    good = row_of(ranking, "good")
+    assert good.delta == pytest.approx(np.mean(data["good"]) - np.mean(base))
+    assert [r.method for r in ranking.rows] == ["good", "base", "same", "bad"]
+
+
+def test_verdict_follows_the_direction_of_a_max_metric() -> None:
+    acc = {"base": [0.5, 0.6, 0.55, 0.52], "up": [0.8, 0.91, 0.84, 0.83]}
+    ranking = rank(
+        [o for m, v in acc.items() for o in outcomes(m, v, metric="id_acc")], "id_acc", "base"
+    )
+    assert ranking.direction == "max"
+    assert row_of(ranking, "up").verdict == "better"
+    assert row_of(ranking, "up").rank == 1
+
+
+def test_holm_matches_hand_computed_values() -> None:
+    # Sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, max(0.04*1, 0.06) = 0.06.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm([]).size == 0
+
+
+def test_reported_p_values_are_holm_adjusted_paired_t_tests() -> None:
+    rng = np.random.default_rng(3)
+    base = rng.normal(0, 1, 8)
+    others = {"x": base + rng.normal(0.4, 0.5, 8), "y": base + rng.normal(0.2, 0.5, 8)}
+    everything = outcomes("base", base) + [o for m, v in others.items() for o in outcomes(m, v)]
+    ranking = rank(everything, "val_loss", "base")
+    raw = [stats.ttest_rel(v, base).pvalue for v in others.values()]
+    assert [row_of(ranking, m).p_value for m in others] == pytest.approx(holm(raw))
+
+
+def test_paired_test_pairs_by_seed_and_handles_degenerate_differences() -> None:
+    a = np.array(
+        [[1.0, 2.0, np.nan, 4.0, 7.0], [1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 2.0, 3.0, 4.0, 5.0]]
+    )
+    b = np.array(
+        [[1.5, np.nan, 3.0, 3.0, 6.0], [1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 3.0, 4.0, 5.0, 6.0]]
+    )
+    p, mean_diff = paired_test(a, b)
+    expected = stats.ttest_rel([1.0, 4.0, 7.0], [1.5, 3.0, 6.0]).pvalue
+    assert p == pytest.approx([expected, 1.0, 0.0])
+    assert mean_diff == pytest.approx([1.5 / 3, 0.0, -1.0])
+    p_single, _ = paired_test(np.array([1.0, np.nan]), np.array([2.0, 3.0]))
+    assert np.isnan(p_single)
+
+
+def test_failed_seeds_are_counted_and_take_the_worst_value() -> None:
+    runs = outcomes("a", [1.0, 2.0, None]) + outcomes("b", [3.0, 5.0, 4.0])
+    runs.append(TrialOutcome("a", "gpt", "lm", 3, "timeout", {"val_loss": 0.1}))
+    a = row_of(rank(runs, "val_loss", None), "a")
+    assert (a.n, a.n_done, a.n_failed) == (4, 2, 2)
+    assert a.mean == pytest.approx((1.0 + 2.0 + 5.0 + 5.0) / 4)
+
+
+def test_a_group_without_any_value_has_no_means() -> None:
+    ranking = rank(outcomes("a", [None, None]) + outcomes("b", [None]), "val_loss", "a")
+    for row in ranking.rows:
+        assert row.mean is row.ci_low is row.p_value is None
+        assert row.win_rate == 0.5
+
+
+def test_a_method_with_only_failed_trials_ranks_last() -> None:
+    runs = (
+        outcomes("good", [1.0, 1.1, 0.9])
+        + outcomes("weak", [5.0, 6.0, 5.5])
+        + outcomes("broken", [None, None, None])
+    )
+    ranking = rank(runs, "val_loss", "good")
+    assert [r.method for r in ranking.rows] == ["good", "weak", "broken"]
+    broken = row_of(ranking, "broken")
+    assert (broken.n_failed, broken.mean, broken.verdict) == (3, 6.0, "worse")
+    assert ranking.summary[-1].method == "broken"
+
+
+def test_win_rate_gives_half_credit_for_ties() -> None:
+    # a and b differ by noise (paired p ~ 0.9); c is clearly worse than both.
+    a = [1.0, 2.0, 3.0, 4.0]
+    b = [1.1, 1.9, 3.2, 3.9]
+    c = [11.0, 12.1, 13.0, 13.9]
+    ranking = rank(outcomes("a", a) + outcomes("b", b) + outcomes("c", c), "val_loss", None)
+    rates = {r.method: r.win_rate for r in ranking.rows}
+    assert rates == {"a": 0.75, "b": 0.75, "c": 0.0}
+    # a and b tie on win rate; a has the better mean.
+    assert [(r.method, r.rank) for r in ranking.rows] == [("a", 1), ("b", 2), ("c", 3)]
+
+
+def test_win_rate_with_single_seeds_compares_means_and_averages_over_groups() -> None:
+    runs = (
+        outcomes("a", [1.0], task="t1")
+        + outcomes("b", [1.0], task="t1")
+        + outcomes("c", [2.0], task="t1")
+        + outcomes("a", [3.0], task="t2")
+        + outcomes("c", [2.0], task="t2")
+    )
+    ranking = rank(runs, "val_loss", None)
+    assert row_of(ranking, "a", "t1").win_rate == 0.75
+    assert row_of(ranking, "c", "t2").win_rate == 1.0
+    summary = {s.method: s for s in ranking.summary}
+    assert summary["a"].mean_win_rate == pytest.approx((0.75 + 0.0) / 2)
+    assert summary["c"].mean_win_rate == pytest.approx((0.0 + 1.0) / 2)
+    assert summary["a"].mean_rank == pytest.approx((1 + 2) / 2)
+    assert [s.method for s in ranking.summary] == ["b", "c", "a"]
+    assert summary["a"].n_trials == 2
+
+
+def test_select_tuned_picks_the_best_sweep_point_per_seed() -> None:
+    def trial(seed: int, lr: float, status: str, loss: float | None) -> TrialOutcome:
+        metrics = {} if loss is None else {"val_loss": loss}
+        return TrialOutcome("sgd", "gpt", "lm", seed, status, metrics, {"lr": lr}, f"{seed}-{lr}")
+
+    runs = [
+        trial(0, 0.1, "done", 2.0),
+        trial(0, 0.01, "done", 1.5),
+        trial(0, 1.0, "diverged", 0.1),
+        trial(1, 0.1, "done", 1.2),
+        trial(1, 0.01, "done", 1.4),
+        trial(2, 0.1, "failed", None),
+        trial(2, 0.01, "timeout", None),
+    ]
+    chosen = {o.seed: o for o in select_tuned(runs, "val_loss", "min")}
+    assert {seed: o.sweep["lr"] for seed, o in chosen.items()} == {0: 0.01, 1: 0.1, 2: 0.1}
+    assert chosen[2].status == "failed"
+    best_acc = select_tuned(runs[:2], "val_loss", "max")
+    assert [o.sweep["lr"] for o in best_acc] == [0.1]
+    assert row_of(rank(runs, "val_loss", None), "sgd").n == 3
+
+
+def test_unknown_metric_or_baseline_raises_with_its_name() -> None:
+    with pytest.raises(RegistryError, match="val_los"):
+        rank(outcomes("a", [1.0]), "val_los", None)
+    with pytest.raises(ValueError, match="adamw"):
+        rank(outcomes("a", [1.0]), "val_loss", "adamw")
+
+
+@pytest.fixture
+def ranking() -> Ranking:
+    runs = (
+        outcomes("base_line", [1.0, 1.2, 1.1])
+        + outcomes("pre|ln", [0.8, 0.9, None])
+        + outcomes("base_line", [2.0, 2.1], task="copy")
+    )
+    return rank(runs, "val_loss", "base_line")
+
+
+def test_json_output_has_all_keys(ranking: Ranking) -> None:
+    data = json.loads(format_ranking(ranking, "json"))
+    assert data["metric"] == "val_loss" and data["baseline"] == "base_line"
+    assert all(list(row) == ROW_KEYS for row in data["rows"])
+    assert len(data["rows"]) == 3
+    assert list(data["summary"][0]) == SUMMARY_KEYS
+
+
+def test_csv_output_has_a_header_and_one_line_per_row(ranking: Ranking) -> None:
+    lines = list(csv.reader(io.StringIO(format_ranking(ranking, "csv"))))
+    assert lines[0] == ROW_KEYS
+    assert len(lines) == 1 + len(ranking.rows)
+    assert math.isclose(float(lines[1][ROW_KEYS.index("mean")]), ranking.rows[0].mean or 0.0)
+
+
+def test_text_formats_name_every_method(ranking: Ranking) -> None:
+    md = format_ranking(ranking, "md")
+    assert "base_line" in md and "pre\\|ln" in md and "### copy / gpt" in md
+    assert "### Overall" in md
+    latex = format_ranking(ranking, "latex")
+    assert r"\toprule" in latex and r"base\_line" in latex and r"$\pm$" in latex
+    table = format_ranking(ranking, "table")
+    assert "base_line" in table and "pre|ln" in table
+    assert rich_table(ranking).row_count == 3
+    with pytest.raises(ValueError, match="xml"):
+        format_ranking(ranking, "xml")  # type: ignore[arg-type]

