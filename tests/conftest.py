@@ -15,7 +15,8 @@ suite: tiny
 seeds: [0, 1]
 defaults:
   time_limit_s: 120
-  train: {{steps: {steps}, batch_size: 8, warmup_steps: 2, eval_every: {eval_every}, eval_batches: 2}}
+  train:
+    {{steps: {steps}, batch_size: 8, warmup_steps: 2, eval_every: {eval_every}, eval_batches: 2}}
   optimizer: {{name: adamw, lr: 3.0e-3}}
 models:
   gpt-2l: {{type: gpt, n_layers: 2, d_model: 32, n_heads: 2, max_seq_len: 64}}

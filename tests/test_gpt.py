@@ -97,8 +97,22 @@ def test_loss_is_shifted_cross_entropy(ids: torch.Tensor) -> None:
     torch.testing.assert_close(out.loss, manual)
 
 
-def test_save_and_load_round_trip(tmp_path: Path, ids: torch.Tensor) -> None:
+def train_a_little(model: GPT, ids: torch.Tensor, steps: int = 3) -> GPT:
+    """A few AdamW steps, so a checkpoint holds trained (not initial) weights."""
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        model(ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval()
+
+
+def test_trained_checkpoint_round_trip(tmp_path: Path, ids: torch.Tensor) -> None:
     model = gpt(NormSpec(type="rmsnorm", qk_norm=True), n_kv_heads=2)
+    initial = model(ids).logits
+    train_a_little(model, ids)
+    assert not torch.allclose(model(ids).logits, initial)
     model.save_pretrained(tmp_path)
     reloaded = GPT.from_pretrained(tmp_path).eval()
     auto = AutoModelForCausalLM.from_pretrained(tmp_path).eval()

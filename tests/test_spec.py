@@ -71,8 +71,10 @@ def test_empty_file(tmp_path: Path) -> None:
     path = tmp_path / "empty.yaml"
     path.write_text("")
     (problem,) = problems_of(path)
-    assert problem == f"{path}:1: the file is empty; a suite needs at least `suite`, " \
+    assert (
+        problem == f"{path}:1: the file is empty; a suite needs at least `suite`, "
         "`models`, `tasks` and `methods`"
+    )
 
 
 def test_unknown_model_type_and_model_field(tmp_path: Path) -> None:
@@ -143,7 +145,10 @@ def test_real_process_prints_one_clear_error(tmp_path: Path) -> None:
     path.write_text("")
     done = subprocess.run(
         [sys.executable, "-m", "harness", "validate", str(path)],
-        capture_output=True, text=True, cwd=ROOT, check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
     )
     assert done.returncode == 2
     assert done.stderr.strip().startswith(f"error: {path}:1: the file is empty")

@@ -69,9 +69,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "python": platform.python_version(),
         "git_commit": git_commit(),
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else cpu_model(),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model(),
         "cpu": cpu_model(),
         "threads": torch.get_num_threads(),
         "host": platform.node(),

@@ -168,7 +168,7 @@ class StoreLedger:
                     Trial.status == row.status,
                     Trial.claimed_by.is_not_distinct_from(row.claimed_by),
                 )
-                .values(self._claim_values(trial), attempts=Trial.attempts + 1)
+                .values({**self._claim_values(trial), "attempts": Trial.attempts + 1})
             )
         return taken.rowcount == 1
 

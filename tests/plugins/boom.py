@@ -8,7 +8,7 @@ from harness.spec.schema import OptimizerSpec
 
 
 class ExplodingSGD(torch.optim.SGD):
-    def step(self, closure=None):  # noqa: ANN001, ANN201 - torch's signature
+    def step(self, closure=None):
         raise RuntimeError("boom: this optimizer always fails")
 
 
