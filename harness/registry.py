@@ -132,8 +132,14 @@ NORM_PLACEMENTS: Registry[Any] = Registry("norm placement", ("harness.methods.pl
 NORM_TYPES: Registry[Any] = Registry("norm type", ("harness.methods.norms",))
 OPTIMIZERS: Registry[Any] = Registry("optimizer", ("harness.methods.optimizers",))
 SCHEDULES: Registry[Any] = Registry("schedule", ("harness.methods.optimizers",))
-MODELS: Registry[Any] = Registry("model type", ("harness.models.gpt",))
-TASKS: Registry[Any] = Registry("task type", ("harness.tasks.lm", "harness.tasks.synthetic"))
+LAYERWISE: Registry[Any] = Registry("layerwise wrapper", ("harness.methods.layerwise",))
+PRUNING: Registry[Any] = Registry("pruning criterion", ("harness.methods.pruning",))
+QUANTIZERS: Registry[Any] = Registry("quantization scheme", ("harness.methods.quantization",))
+LAYER_IMPORTANCE: Registry[Any] = Registry("layer importance", ("harness.methods.quantization",))
+MODELS: Registry[Any] = Registry("model type", ("harness.models.gpt", "harness.models.pretrained"))
+TASKS: Registry[Any] = Registry(
+    "task type", ("harness.tasks.lm", "harness.tasks.synthetic", "harness.tasks.lmeval")
+)
 SYNTHETIC_KINDS: Registry[Any] = Registry("synthetic task kind", ("harness.tasks.synthetic",))
 CORPORA: Registry[Any] = Registry("corpus", ("harness.tasks.corpora",))
 TOKENIZERS: Registry[Any] = Registry("tokenizer", ("harness.tasks.corpora",))
@@ -143,7 +149,11 @@ FAMILIES: dict[str, Registry[Any]] = {
     "norm.placement": NORM_PLACEMENTS,
     "norm.type": NORM_TYPES,
     "optimizer.name": OPTIMIZERS,
+    "optimizer.layerwise": LAYERWISE,
     "train.schedule": SCHEDULES,
+    "prune.criterion": PRUNING,
+    "quantize.scheme": QUANTIZERS,
+    "quantize.layerwise.importance": LAYER_IMPORTANCE,
     "model.type": MODELS,
     "task.type": TASKS,
     "synthetic.kind": SYNTHETIC_KINDS,
@@ -163,6 +173,13 @@ for _name, _direction, _description in [
     ("id_loss", "min", "in-distribution loss of a synthetic task"),
     ("ood_loss", "min", "out-of-distribution loss of a synthetic task"),
     ("id_acc", "max", "in-distribution accuracy of a synthetic task"),
+    ("acc", "max", "accuracy (lm-eval)"),
+    ("acc_norm", "max", "length-normalized accuracy (lm-eval)"),
+    ("word_perplexity", "min", "word perplexity (lm-eval)"),
+    ("byte_perplexity", "min", "byte perplexity (lm-eval)"),
+    ("effective_bits", "min", "parameter-weighted bits per quantized weight"),
+    ("model_bytes", "min", "bytes of the model's weights after compression"),
+    ("layers_removed", "max", "layers removed by pruning"),
     ("tokens_per_s", "max", "training throughput (tokens per second of train time)"),
     ("params", "min", "number of parameters"),
     ("ood_acc", "max", "out-of-distribution accuracy of a synthetic task"),

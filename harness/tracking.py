@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
-from harness.store.models import MetricPoint, Result, Trial
+from harness.store.models import LayerStatistic, MetricPoint, Result, Trial
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 BATCH = 900
@@ -41,6 +41,13 @@ def chunks(items: list[Any], size: int = BATCH) -> Iterator[list[Any]]:
         yield items[start : start + size]
 
 
+def layer_stats_csv(rows: Sequence[LayerStatistic]) -> str:
+    """step,layer,name,value lines (an empty value for NaN or inf)."""
+    lines = ["step,layer,name,value"]
+    lines += [f"{r.step},{r.layer},{r.name},{'' if r.value is None else r.value!r}" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 class MLflowTracker:
     """Logs stored trials to MLflow and records each run's id on the trial."""
 
@@ -55,7 +62,8 @@ class MLflowTracker:
         return experiment.experiment_id if experiment else self.client.create_experiment(suite)
 
     def log_trial(self, trial_id: int) -> str:
-        """Create the trial's run: params, metric series with steps, final metrics, tags."""
+        """Create the trial's run: params, metric series with steps, final metrics, tags, and the
+        layer statistics as `layer/<name>/<layer>` series plus a `layer_stats.csv` artifact."""
         from mlflow.entities import Metric, Param
 
         with Session(self.engine) as session:
@@ -64,6 +72,11 @@ class MLflowTracker:
                 select(MetricPoint).where(MetricPoint.trial_id == trial_id)
             ).all()
             finals = session.scalars(select(Result).where(Result.trial_id == trial_id)).all()
+            layer_stats = session.scalars(
+                select(LayerStatistic)
+                .where(LayerStatistic.trial_id == trial_id)
+                .order_by(LayerStatistic.step, LayerStatistic.layer, LayerStatistic.name)
+            ).all()
         tags = {
             "trial_key": trial.key,
             "status": trial.status,
@@ -78,18 +91,26 @@ class MLflowTracker:
         run_id = run.info.run_id
         stamp = int(time.time() * 1000)
         params = [Param(k, v) for k, v in flatten(trial.config).items()]
-        metrics = [
-            Metric(p.name, p.value, stamp, p.step) for p in points if p.value is not None
-        ] + [
-            Metric(f"final_{r.name}", r.value, stamp, trial.steps_done)
-            for r in finals
-            if r.value is not None
-        ]
+        metrics = (
+            [Metric(p.name, p.value, stamp, p.step) for p in points if p.value is not None]
+            + [
+                Metric(f"final_{r.name}", r.value, stamp, trial.steps_done)
+                for r in finals
+                if r.value is not None
+            ]
+            + [
+                Metric(f"layer/{s.name}/{s.layer}", s.value, stamp, s.step)
+                for s in layer_stats
+                if s.value is not None
+            ]
+        )
         for batch in chunks(params, 100):
             self.client.log_batch(run_id, params=batch)
         for batch in chunks(metrics):
             self.client.log_batch(run_id, metrics=batch)
         self.client.log_dict(run_id, trial.config, "config.json")
+        if layer_stats:
+            self.client.log_text(run_id, layer_stats_csv(layer_stats), "layer_stats.csv")
         if trial.error:
             self.client.log_text(run_id, trial.error, "error.txt")
         self.client.set_terminated(run_id, status=STATUS.get(trial.status, "FAILED"))

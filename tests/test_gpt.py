@@ -207,7 +207,7 @@ class ScaledParams(ParamsModel):
     scale: float = 1.0
 
 
-def scaled_norm(dim: int, eps: float, scale: float) -> nn.Module:
+def scaled_norm(dim: int, role: str, eps: float, scale: float) -> nn.Module:
     """A LayerNorm whose gain starts at `scale` (stands in for dyt, derf and friends)."""
     norm = nn.LayerNorm(dim, eps=eps)
     nn.init.constant_(norm.weight, scale)

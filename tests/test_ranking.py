@@ -42,8 +42,23 @@ ROW_KEYS = [
     "verdict",
     "win_rate",
     "rank",
+    "n_reached",
+    "steps_to_target",
+    "steps_ci_low",
+    "steps_ci_high",
+    "time_to_target",
+    "time_ci_low",
+    "time_ci_high",
 ]
-SUMMARY_KEYS = ["method", "mean_win_rate", "mean_rank", "n_trials", "n_failed"]
+SUMMARY_KEYS = [
+    "method",
+    "mean_win_rate",
+    "mean_rank",
+    "n_trials",
+    "n_failed",
+    "profile_steps",
+    "profile_time",
+]
 
 
 def outcomes(

@@ -7,12 +7,9 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 
 from harness.runner.plan import plan_suite
@@ -20,10 +17,6 @@ from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.store.models import MetricPoint, Result, Trial
 from tests.conftest import write_suite
-
-PG_ADMIN_URL = os.environ.get(
-    "LAYERBENCH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
 
 
 def layerbench(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -181,25 +174,6 @@ def test_two_runners_on_one_database_never_run_a_trial_twice(tmp_path: Path) -> 
     assert all(t.status == "done" and t.attempts == 1 for t in stored.values())
     ran = sum(output.count("    done ") for output in outputs)
     assert ran == 6, outputs
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh database on the local PostgreSQL server, dropped afterwards."""
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"layerbench_{uuid.uuid4().hex[:10]}"
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as error:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"PostgreSQL is not reachable at {PG_ADMIN_URL}: {error}")
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    yield url
-    create_engine(url).dispose()
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
 
 
 def test_results_land_in_postgresql_and_mlflow(

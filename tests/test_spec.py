@@ -54,10 +54,10 @@ def test_undefined_model_in_matrix(tmp_path: Path) -> None:
 
 
 def test_unknown_optimizer_is_located_where_written(tmp_path: Path) -> None:
-    path = write_suite(tmp_path, "pre-ln: {}\nfancy: {optimizer: {name: adamm}}")
+    path = write_suite(tmp_path, "pre-ln: {}\nfancy: {optimizer: {name: adamww}}")
     (problem,) = problems_of(path)
-    assert problem.startswith(f"{path}:{line_of(path, 'adamm')}: methods.fancy.optimizer.name: ")
-    assert "unknown optimizer 'adamm'; did you mean 'adamw'?" in problem
+    assert problem.startswith(f"{path}:{line_of(path, 'adamww')}: methods.fancy.optimizer.name: ")
+    assert "unknown optimizer 'adamww'; did you mean 'adamw'?" in problem
 
 
 def test_yaml_syntax_error_has_its_line(tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ def test_trial_key_is_stable_and_changes_with_config(tmp_path: Path) -> None:
     ("methods", "expected"),
     [
         ("pre-ln: {}\npost-ln: {norm: {placment: post}}", "did you mean 'placement'?"),
-        ("pre-ln: {}\nfancy: {optimizer: {name: adamm}}", "did you mean 'adamw'?"),
+        ("pre-ln: {}\nfancy: {optimizer: {name: adamww}}", "did you mean 'adamw'?"),
     ],
 )
 def test_cli_exit_code_2_without_traceback(tmp_path: Path, methods: str, expected: str) -> None:

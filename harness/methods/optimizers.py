@@ -2,44 +2,392 @@
 
 An optimizer entry builds a `torch.optim.Optimizer` from a model and the suite's
 `OptimizerSpec`; a schedule entry maps (step, total steps, warmup steps) to an LR multiplier.
+torch.optim and `pytorch-optimizer` implement every method they have; RMNP and SinkGD, which
+neither has, are written here. `momentum` and `nesterov` left unset in the suite take each
+optimizer's own default (the paper's).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, TypeVar
 
 import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, PositiveFloat, PositiveInt
 from torch import nn
 
-from harness.registry import OPTIMIZERS, SCHEDULES
-from harness.spec.schema import OptimizerSpec
+from harness.methods.param_roles import model_layers, trainable
+from harness.registry import LAYERWISE, OPTIMIZERS, SCHEDULES
+from harness.spec.schema import OptimizerSpec, ParamsModel
+
+P = TypeVar("P", bound=BaseModel)
+Closure = Callable[[], float] | None
 
 
-def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+def make_optimizer(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """The suite's optimizer for `model`, wrapped by its layerwise treatment if it has one."""
+    optimizer = OPTIMIZERS.get(spec.name)(model, spec)
+    if spec.layerwise is None:
+        return optimizer
+    return LAYERWISE.get(spec.layerwise.name)(optimizer, model, spec.layerwise)
+
+
+def method_params(spec: BaseModel, schema: type[P]) -> P:
+    """The method-specific fields of a suite section (its extra keys), validated."""
+    return schema.model_validate(spec.model_extra or {})
+
+
+def momentum_of(spec: OptimizerSpec, momentum: float, nesterov: bool) -> tuple[float, bool]:
+    """The suite's momentum and Nesterov flag, or the optimizer's defaults where unset."""
+    return (
+        momentum if spec.momentum is None else spec.momentum,
+        nesterov if spec.nesterov is None else spec.nesterov,
+    )
+
+
+def decay_groups(params: Iterable[nn.Parameter], weight_decay: float) -> list[dict[str, Any]]:
     """Weight decay on matrices and embeddings only, never on norms or biases (as in nanoGPT)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [
+    params = list(params)
+    groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
+    return [group for group in groups if group["params"]]
+
+
+def model_groups(model: nn.Module, spec: OptimizerSpec) -> list[dict[str, Any]]:
+    """All trainable parameters of `model`, weight decay on matrices only."""
+    return decay_groups(trainable(model), spec.weight_decay)
+
+
+def closure_loss(closure: Closure) -> float | None:
+    """The loss of an optional step closure, evaluated with gradients enabled (torch's way)."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
+class Composite(torch.optim.Optimizer):
+    """Optimizers of disjoint parameter sets stepping as one (e.g. Muon with AdamW).
+
+    The parts' param groups are this optimizer's groups (the same dicts), so a scheduler or
+    GradScaler driving it drives every part; each part keeps its own state.
+    """
+
+    def __init__(self, parts: list[torch.optim.Optimizer]) -> None:
+        self.parts = parts
+        super().__init__([group for part in parts for group in part.param_groups], {})
+
+    def step(self, closure: Closure = None) -> float | None:
+        loss = closure_loss(closure)
+        for part in self.parts:
+            part.step()
+        return loss
+
+
+class PerParameter(torch.optim.Optimizer):
+    """An optimizer whose step updates each parameter with a gradient on its own."""
+
+    def update(self, p: nn.Parameter, group: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def step(self, closure: Closure = None) -> float | None:
+        loss = closure_loss(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self.update(p, group)
+        return loss
+
+
+class RMNP(PerParameter):
+    """RMNP: Muon with row-wise l2 normalization of the momentum in place of Newton-Schulz.
+
+    Row Momentum Normalized Preconditioning (RMNP, 2025; github.com/Dominator-Index/RMNP). For a
+    weight W (out x in) with gradient G: B <- mu B + G; U = G + mu B (Nesterov) or B; each row of U
+    is scaled to unit l2 norm; W <- (1 - lr wd) W - lr sqrt(max(1, out/in)) U.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[nn.Parameter],
+        lr: float,
+        momentum: float,
+        nesterov: bool,
+        weight_decay: float,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "nesterov": nesterov,
+            "weight_decay": weight_decay,
+        }
+        super().__init__(params, defaults)
+
+    def update(self, p: nn.Parameter, group: dict[str, Any]) -> None:
+        momentum, grad, state = group["momentum"], p.grad, self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(grad)
+        buffer = state["momentum_buffer"].mul_(momentum).add_(grad)
+        direction = grad.add(buffer, alpha=momentum) if group["nesterov"] else buffer
+        rows, cols = p.shape
+        scale = math.sqrt(max(1.0, rows / cols))
+        p.mul_(1 - group["lr"] * group["weight_decay"])
+        p.add_(F.normalize(direction, dim=1), alpha=-group["lr"] * scale)
+
+
+def sr_sinkhorn(grad: torch.Tensor, iterations: int) -> torch.Tensor:
+    """SR-Sinkhorn (Scetbon et al., 2025, Alg. 3): rows to l2 norm sqrt(n), then columns to
+    l2 norm sqrt(m), `iterations` times, for an m x n matrix."""
+    rows, cols = grad.shape
+    x = grad
+    for _ in range(iterations):
+        x = F.normalize(x, dim=1) * math.sqrt(cols)
+        x = F.normalize(x, dim=0) * math.sqrt(rows)
+    return x
+
+
+class SinkGD(PerParameter):
+    """SinkGD: stateless descent along the SR-Sinkhorn normalized gradient (Scetbon et al., 2025,
+    "Gradient Multi-Normalization for Stateless and Scalable LLM Training", Alg. 4)."""
+
+    def __init__(self, params: Iterable[nn.Parameter], lr: float, iterations: int) -> None:
+        super().__init__(params, {"lr": lr, "iterations": iterations})
+
+    def update(self, p: nn.Parameter, group: dict[str, Any]) -> None:
+        p.add_(sr_sinkhorn(p.grad, group["iterations"]), alpha=-group["lr"])
+
+
+def with_adamw(
+    model: nn.Module,
+    spec: OptimizerSpec,
+    hidden_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer],
+    adamw_lr: float,
+) -> Composite:
+    """`hidden_optimizer` for the 2D weights inside the blocks, AdamW for every other parameter
+    (embeddings, head, norms, biases), weight decay on its matrices only."""
+    hidden = model_layers(model).hidden_matrices
+    hidden_ids = {id(p) for p in hidden}
+    others = [p for p in trainable(model) if id(p) not in hidden_ids]
+    adamw = torch.optim.AdamW(
+        decay_groups(others, spec.weight_decay), lr=adamw_lr, betas=spec.betas, eps=spec.eps
+    )
+    return Composite([hidden_optimizer(hidden), adamw])
 
 
 @OPTIMIZERS.register("adamw")
 def adamw(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """AdamW: Adam with decoupled weight decay (Loshchilov & Hutter, 2019)."""
-    return torch.optim.AdamW(
-        decay_groups(model, spec.weight_decay), lr=spec.lr, betas=spec.betas, eps=spec.eps
-    )
+    return torch.optim.AdamW(model_groups(model, spec), lr=spec.lr, betas=spec.betas, eps=spec.eps)
+
+
+@OPTIMIZERS.register("adam")
+def adam(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """Adam (Kingma & Ba, 2015); weight_decay is an L2 penalty added to the gradient."""
+    return torch.optim.Adam(model_groups(model, spec), lr=spec.lr, betas=spec.betas, eps=spec.eps)
 
 
 @OPTIMIZERS.register("sgd")
 def sgd(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
-    """SGD with optional heavy-ball or Nesterov momentum (Sutskever et al., 2013)."""
+    """SGD with heavy-ball or Nesterov momentum (Sutskever et al., 2013).
+
+    No momentum by default.
+    """
+    momentum, nesterov = momentum_of(spec, 0.0, False)
     return torch.optim.SGD(
-        decay_groups(model, spec.weight_decay),
+        model_groups(model, spec), lr=spec.lr, momentum=momentum, nesterov=nesterov
+    )
+
+
+@OPTIMIZERS.register("lion")
+def lion(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """Lion: sign of interpolated momentum, decoupled weight decay (Chen et al., 2023)."""
+    from pytorch_optimizer import Lion
+
+    return Lion(model_groups(model, spec), lr=spec.lr, betas=spec.betas)
+
+
+@OPTIMIZERS.register("lamb")
+def lamb(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """LAMB: Adam ratio plus weight decay, scaled per tensor by a trust ratio (You et al., 2020).
+
+    Without bias correction (pytorch-optimizer's default LAMB); the trust ratio normalizes the
+    step, so only the weight of the decay term relative to the Adam ratio differs from Alg. 2.
+    """
+    from pytorch_optimizer import Lamb
+
+    return Lamb(
+        model_groups(model, spec),
         lr=spec.lr,
-        momentum=spec.momentum,
-        nesterov=spec.nesterov,
+        betas=spec.betas,
+        eps=spec.eps,
+        weight_decouple=False,
+        adam_debias=True,
+    )
+
+
+class LarsParams(ParamsModel):
+    trust_coefficient: PositiveFloat = 1e-3
+    """eta in the local rate eta ||w|| / (||g|| + wd ||w||)."""
+
+
+@OPTIMIZERS.register("lars", params=LarsParams)
+def lars(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """LARS: momentum SGD with a layer-wise trust ratio (You et al., 2017).
+
+    Momentum 0.9 by default; vectors (norms, biases) get plain momentum SGD.
+    """
+    from pytorch_optimizer import LARS
+
+    momentum, nesterov = momentum_of(spec, 0.9, False)
+    return LARS(
+        model_groups(model, spec),
+        lr=spec.lr,
+        momentum=momentum,
+        nesterov=nesterov,
+        trust_coefficient=method_params(spec, LarsParams).trust_coefficient,
+    )
+
+
+@OPTIMIZERS.register("novograd")
+def novograd(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """NovoGrad: layer-wise normalized gradients and moments (Ginsburg et al., 2019).
+
+    Weight decay is added to the normalized gradient, inside the moment, as in the paper.
+    """
+    from pytorch_optimizer import NovoGrad
+
+    return NovoGrad(model_groups(model, spec), lr=spec.lr, betas=spec.betas, eps=spec.eps)
+
+
+@OPTIMIZERS.register("adafactor")
+def adafactor(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """Adafactor: factored second moments, relative step size (Shazeer & Stern, 2018)."""
+    return torch.optim.Adafactor(model_groups(model, spec), lr=spec.lr)
+
+
+class HybridParams(ParamsModel):
+    adamw_lr: PositiveFloat | None = None
+    """Learning rate of the AdamW part (embeddings, head, norms, biases); default: `lr`."""
+
+
+class MuonParams(HybridParams):
+    ns_steps: PositiveInt = 5
+    """Newton-Schulz iterations."""
+    adjust_lr_fn: Literal["original", "match_rms_adamw"] = "original"
+    """Per-matrix rate: sqrt(max(1, rows/cols)) (Jordan) or 0.2 sqrt(max(rows, cols)) (Moonshot)."""
+
+
+@OPTIMIZERS.register("muon", params=MuonParams)
+def muon(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """Muon: orthogonalized momentum for hidden matrices, AdamW elsewhere (Jordan et al., 2024).
+
+    torch.optim.Muon (Newton-Schulz) for the 2D weights in the blocks; AdamW for embeddings, head,
+    norms and biases. Nesterov momentum 0.95 by default.
+    """
+    params = method_params(spec, MuonParams)
+    momentum, nesterov = momentum_of(spec, 0.95, True)
+    return with_adamw(
+        model,
+        spec,
+        lambda hidden: torch.optim.Muon(
+            hidden,
+            lr=spec.lr,
+            weight_decay=spec.weight_decay,
+            momentum=momentum,
+            nesterov=nesterov,
+            ns_steps=params.ns_steps,
+            adjust_lr_fn=params.adjust_lr_fn,
+        ),
+        params.adamw_lr or spec.lr,
+    )
+
+
+@OPTIMIZERS.register("rmnp", params=HybridParams)
+def rmnp(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """RMNP: row-normalized momentum for hidden matrices, AdamW elsewhere (RMNP, 2025).
+
+    Nesterov momentum 0.95 by default.
+    """
+    adamw_lr = method_params(spec, HybridParams).adamw_lr or spec.lr
+    momentum, nesterov = momentum_of(spec, 0.95, True)
+    return with_adamw(
+        model,
+        spec,
+        lambda hidden: RMNP(hidden, spec.lr, momentum, nesterov, spec.weight_decay),
+        adamw_lr,
+    )
+
+
+class SinkGDParams(ParamsModel):
+    alpha: PositiveFloat = 0.05
+    """SinkGD's learning rate relative to `lr`, the AdamW part's (0.05 in the paper)."""
+    iterations: PositiveInt = 5
+    """SR-Sinkhorn iterations L (5 in the paper)."""
+
+
+@OPTIMIZERS.register("sinkgd", params=SinkGDParams)
+def sinkgd(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """SinkGD: Sinkhorn-normalized hidden-matrix gradients, AdamW elsewhere (Scetbon et al., 2025).
+
+    SinkGD steps at `alpha * lr` on the 2D weights in the blocks, AdamW at `lr` on the rest.
+    """
+    params = method_params(spec, SinkGDParams)
+    return with_adamw(
+        model,
+        spec,
+        lambda hidden: SinkGD(hidden, params.alpha * spec.lr, params.iterations),
+        spec.lr,
+    )
+
+
+class ScionParams(ParamsModel):
+    """Radii of the norm balls: the official shallow nanoGPT example's ("Mixed")."""
+
+    embedding_scale: PositiveFloat = 1.0
+    hidden_scale: PositiveFloat = 3.0
+    head_scale: PositiveFloat = 10.0
+    unconstrained: bool = False
+    """True: W <- W - lr scale lmo; False (the paper's default): W <- (1 - lr) W - lr scale lmo."""
+
+
+@OPTIMIZERS.register("scion", params=ScionParams)
+def scion(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """Scion: momentum, then each layer type's norm-constrained LMO (Pethick et al., 2025).
+
+    ColNorm for input embeddings, Sign for the head, Spectral for matrices, RMS for vectors;
+    momentum 0.9 by default. Constrained by default (its own decay); weight_decay acts only
+    when unconstrained.
+    """
+    from pytorch_optimizer import SCION
+    from pytorch_optimizer.optimizer.scion import LMONorm
+
+    params, layers = method_params(spec, ScionParams), model_layers(model)
+    outer = {id(p) for p in layers.embeddings + layers.head}
+    groups = [
+        {
+            "params": layers.embeddings,
+            "norm_type": LMONorm.COL,
+            "norm_kwargs": {"normalized": False, "transpose": True},
+            "scale": params.embedding_scale,
+        },
+        {"params": layers.head, "norm_type": LMONorm.SIGN, "scale": params.head_scale},
+        {
+            "params": [p for p in trainable(model) if id(p) not in outer],
+            "norm_type": LMONorm.AUTO,
+            "scale": params.hidden_scale,
+        },
+    ]
+    return SCION(
+        [group for group in groups if group["params"]],
+        lr=spec.lr,
+        momentum=1 - momentum_of(spec, 0.9, False)[0],
+        constraint=not params.unconstrained,
+        weight_decay=spec.weight_decay,
     )
 
 
@@ -48,9 +396,9 @@ def warmup(step: int, warmup_steps: int) -> float:
     return min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
 
 
-def decay_progress(step: int, total: int, warmup_steps: int) -> float:
-    """Fraction of the post-warmup steps done, in [0, 1]."""
-    return min(1.0, max(0.0, (step - warmup_steps) / max(1, total - warmup_steps)))
+def decay_progress(step: int, total: int, start: int) -> float:
+    """Fraction of the steps from `start` to `total` done, in [0, 1]."""
+    return min(1.0, max(0.0, (step - start) / max(1, total - start)))
 
 
 @SCHEDULES.register("constant")
@@ -74,3 +422,18 @@ def linear(step: int, total: int, warmup_steps: int, min_ratio: float) -> float:
     if step < warmup_steps:
         return warmup(step, warmup_steps)
     return 1 - (1 - min_ratio) * decay_progress(step, total, warmup_steps)
+
+
+WSD_COOLDOWN_FRACTION = 0.2
+
+
+@SCHEDULES.register("wsd")
+def wsd(step: int, total: int, warmup_steps: int, min_ratio: float) -> float:
+    """Warmup-stable-decay: a linear cooldown over the last 20% of steps (Hägele et al., 2024).
+
+    Linear warmup, a constant rate, then linear decay to min_ratio.
+    """
+    if step < warmup_steps:
+        return warmup(step, warmup_steps)
+    cooldown_start = max(warmup_steps, total - round(WSD_COOLDOWN_FRACTION * total))
+    return 1 - (1 - min_ratio) * decay_progress(step, total, cooldown_start)

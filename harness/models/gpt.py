@@ -28,6 +28,8 @@ from transformers import (
 from transformers import initialization as init
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from harness.methods.norms import NormRole
+from harness.methods.placement import SublayerNorms
 from harness.registry import MODELS, NORM_PLACEMENTS, NORM_TYPES, Entry
 from harness.spec.schema import NormSpec, StrictModel
 
@@ -38,7 +40,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,
 }
 
-NormFactory = Callable[[int], nn.Module]
+NormFactory = Callable[[int, NormRole], nn.Module]
 Rope = tuple[Tensor, Tensor]
 
 
@@ -180,9 +182,10 @@ class ResidualOut(nn.Linear):
 
 
 class Attention(nn.Module):
-    """Causal self-attention, grouped-query heads (Ainslie et al., 2023), optional QK-norm."""
+    """Causal self-attention, grouped-query heads (Ainslie et al., 2023), optional QK-norm
+    (Henry et al., 2020), and the placement's QKV-norm and head-wise scale (`SublayerNorms`)."""
 
-    def __init__(self, config: GPTConfig, make_norm: NormFactory) -> None:
+    def __init__(self, config: GPTConfig, make_norm: NormFactory, extras: SublayerNorms) -> None:
         super().__init__()
         self.n_heads, self.n_kv_heads = config.n_heads, config.n_kv_heads
         self.head_dim = config.d_model // config.n_heads
@@ -191,9 +194,11 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(config.d_model, kv_dim, bias=config.bias)
         self.v_proj = nn.Linear(config.d_model, kv_dim, bias=config.bias)
         self.o_proj = ResidualOut(config.d_model, config.d_model, bias=config.bias)
-        qk_norm = config.qk_norm
-        self.q_norm = make_norm(self.head_dim) if qk_norm else nn.Identity()
-        self.k_norm = make_norm(self.head_dim) if qk_norm else nn.Identity()
+        qk_norm = config.qk_norm or extras.qkv_norm
+        self.q_norm = make_norm(self.head_dim, "attn") if qk_norm else nn.Identity()
+        self.k_norm = make_norm(self.head_dim, "attn") if qk_norm else nn.Identity()
+        self.v_norm = make_norm(self.head_dim, "attn") if extras.qkv_norm else nn.Identity()
+        self.head_scale = nn.Parameter(torch.ones(self.n_heads)) if extras.head_scale else None
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
 
@@ -204,7 +209,7 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, rope: Rope | None = None, mask: Tensor | None = None) -> Tensor:
         q = self.q_norm(self.heads(self.q_proj, x))
         k = self.k_norm(self.heads(self.k_proj, x))
-        v = self.heads(self.v_proj, x)
+        v = self.v_norm(self.heads(self.v_proj, x))
         if rope is not None:
             q, k = apply_rope(q, rope), apply_rope(k, rope)
         y = F.scaled_dot_product_attention(
@@ -216,25 +221,29 @@ class Attention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             enable_gqa=self.n_kv_heads != self.n_heads,
         )
+        if self.head_scale is not None:
+            y = y * self.head_scale[:, None, None]
         return self.resid_dropout(self.o_proj(y.transpose(1, 2).flatten(2)))
 
 
 class MLP(nn.Module):
-    """Feed-forward sublayer: SwiGLU (Shazeer, 2020, "GLU Variants"), GELU or ReLU."""
+    """Feed-forward sublayer: SwiGLU (Shazeer, 2020, "GLU Variants"), GELU or ReLU, and the
+    placement's norm of the hidden activations (`SublayerNorms.ffn_norm`)."""
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: GPTConfig, make_norm: NormFactory, extras: SublayerNorms) -> None:
         super().__init__()
         gated = config.mlp == "swiglu"
         self.gate_proj = nn.Linear(config.d_model, config.d_ff, bias=config.bias) if gated else None
         self.up_proj = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
         self.down_proj = ResidualOut(config.d_ff, config.d_model, bias=config.bias)
         self.act = ACTIVATIONS[config.mlp]
+        self.hidden_norm = make_norm(config.d_ff, "mlp") if extras.ffn_norm else nn.Identity()
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.up_proj(x)
         h = self.act(self.gate_proj(x)) * h if self.gate_proj is not None else self.act(h)
-        return self.dropout(self.down_proj(h))
+        return self.dropout(self.down_proj(self.hidden_norm(h)))
 
 
 class Block(nn.Module):
@@ -244,9 +253,9 @@ class Block(nn.Module):
         self, config: GPTConfig, layer_idx: int, make_norm: NormFactory, **placement_params: Any
     ) -> None:
         super().__init__()
-        self.attn = Attention(config, make_norm)
-        self.mlp = MLP(config)
         placement = NORM_PLACEMENTS.get(config.norm_placement)
+        self.attn = Attention(config, make_norm, placement.sublayers)
+        self.mlp = MLP(config, make_norm, placement.sublayers)
         self.placement = placement(
             layer_idx, config.n_layers, partial(make_norm, config.d_model), **placement_params
         )
@@ -267,17 +276,26 @@ class GPT(PreTrainedModel, GenerationMixin):
         placement_params, norm_params = split_norm_params(
             config.norm_placement, config.norm_type, config.norm_params
         )
-        make_norm = partial(NORM_TYPES.get(config.norm_type), eps=config.norm_eps, **norm_params)
+        norm_type = NORM_TYPES.entry(config.norm_type)
+        make_norm = partial(norm_type.obj, eps=config.norm_eps, **norm_params)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         learned = config.pos == "learned"
         self.embed_positions = nn.Embedding(config.max_seq_len, config.d_model) if learned else None
+        sqrt_d, scaled = math.sqrt(config.d_model), norm_type.meta.get("scale_embeddings", False)
+        self.embed_scale = nn.Parameter(torch.full((1,), sqrt_d)) if scaled else None
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
             Block(config, i, make_norm, **placement_params) for i in range(config.n_layers)
         )
-        self.final_norm = make_norm(config.d_model) if config.final_norm else nn.Identity()
+        self.final_norm = make_norm(config.d_model, "final") if config.final_norm else nn.Identity()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
+
+    def init_weights(self) -> None:
+        """The model's init (`_init_weights`), then each placement's re-init of its sublayers."""
+        super().init_weights()
+        for block in self.blocks:
+            block.placement.init_sublayers(block.attn, block.mlp)
 
     def _init_weights(self, module: nn.Module) -> None:
         """normal(0, init_std) weights, zero biases; std / sqrt(2 n_layers) on residual outputs."""
@@ -290,7 +308,7 @@ class GPT(PreTrainedModel, GenerationMixin):
             init.zeros_(module.bias)
 
     def embed(self, input_ids: Tensor) -> Tensor:
-        """Token embeddings, plus learned position embeddings when `pos` is `learned`."""
+        """Token (+ learned position) embeddings, times the norm type's scalar if it has one."""
         seq_len = input_ids.shape[1]
         if seq_len > self.config.max_seq_len:
             raise ValueError(
@@ -299,6 +317,8 @@ class GPT(PreTrainedModel, GenerationMixin):
         x = self.embed_tokens(input_ids)
         if self.embed_positions is not None:
             x = x + self.embed_positions(torch.arange(seq_len, device=input_ids.device))
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
         return self.dropout(x)
 
     def forward(

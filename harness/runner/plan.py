@@ -38,8 +38,14 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def trial_key(config: dict[str, Any], fingerprint: str) -> str:
-    payload = {"config": config, "versions": package_versions(), "data": fingerprint}
+def trial_key(identity: dict[str, Any], config: dict[str, Any], fingerprint: str) -> str:
+    """SHA-256 of who the trial is (suite, method, model, task), its config, versions, data."""
+    payload = {
+        "trial": identity,
+        "config": config,
+        "versions": package_versions(),
+        "data": fingerprint,
+    }
     return hashlib.sha256(canonical(payload).encode()).hexdigest()
 
 
@@ -75,7 +81,8 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
                     "seed": seed,
                     "plugins": suite.plugins,
                 }
-                key = trial_key(config, fingerprints[task])
+                identity = {"suite": suite.suite, "method": method, "model": model, "task": task}
+                key = trial_key(identity, config, fingerprints[task])
                 trials.append(
                     PlannedTrial(key, suite.suite, method, model, task, seed, point, config)
                 )

@@ -22,9 +22,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.registry import MODELS, OPTIMIZERS, SCHEDULES, TASKS
+from harness.diagnostics import StepProbe, diagnostic_inputs, hidden_state_stats
+from harness.methods.layers import blocks
+from harness.methods.optimizers import make_optimizer
+from harness.registry import MODELS, SCHEDULES, TASKS
 from harness.runner.env import cpu_model, git_commit, package_versions
-from harness.runner.results import SeriesPoint, Status, TrialResult
+from harness.runner.results import LayerStat, SeriesPoint, Status, TrialResult
 from harness.spec.schema import TrialSettings
 from harness.tasks.base import Batch, Task
 
@@ -101,6 +104,8 @@ class Trial:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     device: torch.device
     seed: int
+    probe_inputs: torch.Tensor
+    """The fixed batch on which the layerwise diagnostics look at hidden states."""
 
 
 def build(config: dict[str, Any]) -> Trial:
@@ -116,30 +121,38 @@ def build(config: dict[str, Any]) -> Trial:
     model_entry = MODELS.entry(config["model"]["type"])
     model_spec = model_entry.params.model_validate(config["model"])
     model = model_entry.obj(model_spec, settings.norm, task.vocab_size).to(device)
-    optimizer = OPTIMIZERS.get(settings.optimizer.name)(model, settings.optimizer)
+    optimizer = make_optimizer(model, settings.optimizer)
     train = settings.train
     schedule = SCHEDULES.get(train.schedule)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda step: schedule(step, train.steps, train.warmup_steps, train.min_lr_ratio),
     )
-    return Trial(settings, task, model, optimizer, scheduler, device, config["seed"])
+    probe_inputs = diagnostic_inputs(task, train.batch_size).to(device)
+    return Trial(settings, task, model, optimizer, scheduler, device, config["seed"], probe_inputs)
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
     return tuple(tensor.to(device, non_blocking=True) for tensor in batch)
 
 
-def train_step(trial: Trial, batch: Batch, scaler: torch.amp.GradScaler) -> float:
-    """One optimizer step; returns the loss before the update."""
+def train_step(
+    trial: Trial, batch: Batch, scaler: torch.amp.GradScaler, probe: StepProbe | None = None
+) -> float:
+    """One optimizer step; returns the loss before the update. A probe sees the unscaled,
+    unclipped gradients and the update."""
     with autocast(trial.device, trial.settings.precision):
         loss = trial.task.loss(trial.model, batch)
     scaler.scale(loss).backward()
+    scaler.unscale_(trial.optimizer)
+    if probe is not None:
+        probe.before_step()
     if trial.settings.train.grad_clip is not None:
-        scaler.unscale_(trial.optimizer)
         nn.utils.clip_grad_norm_(trial.model.parameters(), trial.settings.train.grad_clip)
     scaler.step(trial.optimizer)
     scaler.update()
+    if probe is not None:
+        probe.after_step()
     trial.optimizer.zero_grad(set_to_none=True)
     trial.scheduler.step()
     return loss.item()
@@ -162,6 +175,15 @@ def evaluate(trial: Trial, clock: Clock, final: bool) -> dict[str, float]:
     return metrics
 
 
+def diagnose(trial: Trial, probe: StepProbe, step: int, clock: Clock) -> list[LayerStat]:
+    """The layerwise statistics of this step (SPEC 5.7), timed as evaluation, not training."""
+    start = time.perf_counter()
+    stats = probe.stats(step) + hidden_state_stats(trial.model, trial.probe_inputs, step)
+    clock.train_s -= probe.seconds
+    clock.eval_s += probe.seconds + time.perf_counter() - start
+    return stats
+
+
 def train(trial: Trial, result: TrialResult, clock: Clock, report: Report) -> None:
     """The training loop; fills `result` as it goes so a stopped trial keeps its series."""
     train_cfg = trial.settings.train
@@ -174,8 +196,10 @@ def train(trial: Trial, result: TrialResult, clock: Clock, report: Report) -> No
         if clock.wall_s > trial.settings.time_limit_s:
             raise Stop("timeout", step - 1, f"time limit {trial.settings.time_limit_s:g} s")
         batch = to_device(next(batches), trial.device)
+        evaluating = step % train_cfg.eval_every == 0 or step == train_cfg.steps
+        probe = StepProbe(blocks(trial.model)) if evaluating else None
         started = time.perf_counter()
-        loss = train_step(trial, batch, scaler)
+        loss = train_step(trial, batch, scaler, probe)
         clock.train_s += time.perf_counter() - started
         result.steps_done, result.tokens = step, result.tokens + trial.task.batch_tokens(batch)
         initial = loss if initial is None else initial
@@ -183,7 +207,8 @@ def train(trial: Trial, result: TrialResult, clock: Clock, report: Report) -> No
         window.append(loss)
         if step % train_cfg.log_every == 0 or step == train_cfg.steps:
             report(step, train_cfg.steps, loss)
-        if step % train_cfg.eval_every == 0 or step == train_cfg.steps:
+        if evaluating:
+            result.layer_stats += diagnose(trial, probe, step, clock)
             metrics = evaluate(trial, clock, final=False)
             metrics["train_loss"] = sum(window) / len(window)
             window.clear()

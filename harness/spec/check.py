@@ -9,11 +9,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness.registry import (
+    LAYER_IMPORTANCE,
+    LAYERWISE,
     METRICS,
     MODELS,
     NORM_PLACEMENTS,
     NORM_TYPES,
     OPTIMIZERS,
+    PRUNING,
+    QUANTIZERS,
     SCHEDULES,
     TASKS,
     Entry,
@@ -32,7 +36,7 @@ from harness.spec.loader import (
     unknown_name_problem,
 )
 from harness.spec.resolve import ResolveError, trial_settings
-from harness.spec.schema import NormSpec, OptimizerSpec, Suite, TrialSettings
+from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec, Suite, TrialSettings
 
 CORE_FIELDS = {"norm": NormSpec.model_fields, "optimizer": OptimizerSpec.model_fields}
 
@@ -163,6 +167,36 @@ def check_settings(
     ]:
         extras = getattr(settings, section).model_extra or {}
         yield from check_extras(section, extras, registries, where, locator)
+    if settings.prune is not None:
+        yield from lookup(PRUNING, settings.prune.criterion, where(("prune", "criterion")), locator)
+    if settings.quantize is not None:
+        yield from lookup(
+            QUANTIZERS, settings.quantize.scheme, where(("quantize", "scheme")), locator
+        )
+        if settings.quantize.layerwise is not None:
+            importance = settings.quantize.layerwise.importance
+            loc = where(("quantize", "layerwise", "importance"))
+            yield from lookup(LAYER_IMPORTANCE, importance, loc, locator)
+    if settings.optimizer.layerwise is not None:
+        yield from check_layerwise(settings.optimizer.layerwise, where, locator)
+
+
+def check_layerwise(
+    spec: LayerwiseSpec, where: Callable[[Loc], Loc], locator: Locator
+) -> Iterator[Problem]:
+    loc = ("optimizer", "layerwise")
+    problems = list(lookup(LAYERWISE, spec.name, where((*loc, "name")), locator))
+    if problems:
+        yield from problems
+        return
+    schema = LAYERWISE.entry(spec.name).params
+    if schema is None:
+        return
+    try:
+        schema.model_validate(spec.model_extra or {})
+    except ValidationError as error:
+        for problem in pydantic_problems(error, schema, locator):
+            yield locator.problem(where((*loc, problem.path.split(".")[0])), problem.message)
 
 
 def check_extras(

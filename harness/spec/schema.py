@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
 
 SLUG = r"^[a-z0-9][a-z0-9-]*$"
 
@@ -36,6 +44,14 @@ class NormSpec(StrictModel):
     eps: PositiveFloat = 1e-5
 
 
+class LayerwiseSpec(StrictModel):
+    """A layerwise treatment wrapped around the optimizer (SPEC 5.4)."""
+
+    model_config = ConfigDict(extra="allow")  # the wrapper's parameters
+
+    name: str
+
+
 class OptimizerSpec(StrictModel):
     """The optimizer and its hyperparameters (SPEC 5.3)."""
 
@@ -46,8 +62,9 @@ class OptimizerSpec(StrictModel):
     weight_decay: float = Field(0.0, ge=0.0)
     betas: tuple[float, float] = (0.9, 0.999)
     eps: PositiveFloat = 1e-8
-    momentum: float = Field(0.0, ge=0.0, lt=1.0)
-    nesterov: bool = False
+    momentum: float | None = Field(None, ge=0.0, lt=1.0)  # None: the optimizer's own default
+    nesterov: bool | None = None  # None: the optimizer's own default
+    layerwise: LayerwiseSpec | None = None
 
 
 class TrainSpec(StrictModel):
@@ -65,8 +82,42 @@ class TrainSpec(StrictModel):
     log_every: PositiveInt = 10
 
 
-Device = str
 Precision = Literal["fp32", "bf16", "fp16"]
+
+
+class PruneSpec(StrictModel):
+    """Remove layers of a trained or pretrained model (SPEC 5.5): `n` or `fraction` of them."""
+
+    criterion: str
+    n: PositiveInt | None = None
+    fraction: float | None = Field(None, gt=0.0, lt=1.0)
+    target: Literal["block", "attention", "mlp"] = "block"
+    calibration_samples: PositiveInt = 32
+
+    @model_validator(mode="after")
+    def one_amount(self) -> PruneSpec:
+        if (self.n is None) == (self.fraction is None):
+            raise ValueError("give exactly one of `n` and `fraction`")
+        return self
+
+
+class LayerwiseQuantSpec(StrictModel):
+    """Variable bits per layer by an importance score (LayerwiseQuant, SPEC 5.6)."""
+
+    importance: str = "cosine"
+    high_bits: int = Field(8, ge=2, le=8)
+    low_bits: int | None = Field(None, ge=2, le=8)  # None: the scheme's `bits`
+    fraction_high: float = Field(0.25, ge=0.0, le=1.0)
+
+
+class QuantizeSpec(StrictModel):
+    """Quantize the weights of a trained or pretrained model (SPEC 5.6)."""
+
+    scheme: str
+    bits: int = Field(8, ge=2, le=8)
+    symmetric: bool = True
+    group_size: PositiveInt | None = None  # None: one scale per output channel
+    layerwise: LayerwiseQuantSpec | None = None
 
 
 class TrialSettings(StrictModel):
@@ -78,6 +129,8 @@ class TrialSettings(StrictModel):
     train: TrainSpec = TrainSpec()
     optimizer: OptimizerSpec = OptimizerSpec()
     norm: NormSpec = NormSpec()
+    prune: PruneSpec | None = None
+    quantize: QuantizeSpec | None = None
 
 
 class MethodSpec(TrialSettings):

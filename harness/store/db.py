@@ -281,8 +281,10 @@ def result_rows(trial_id: int, result: TrialResult) -> Iterator[Any]:
 
 
 @contextmanager
-def suite_run(engine: Engine, suite: str, cadence: str, n_planned: int) -> Iterator[SuiteRun]:
-    """Record one invocation on a suite: start, end, host, commit, trials ran."""
+def suite_run(
+    engine: Engine, suite: str, cadence: str, n_planned: int, ranking: dict[str, Any]
+) -> Iterator[SuiteRun]:
+    """Record one invocation on a suite: start, end, host, commit, how to rank, trials ran."""
     with Session(engine, expire_on_commit=False) as session, session.begin():
         run = SuiteRun(
             suite=suite,
@@ -292,6 +294,7 @@ def suite_run(engine: Engine, suite: str, cadence: str, n_planned: int) -> Itera
             git_commit=git_commit(),
             n_planned=n_planned,
             n_ran=0,
+            ranking=ranking,
         )
         session.add(run)
     try:

@@ -30,6 +30,7 @@ class SuiteRun(Base):
     git_commit: Mapped[str | None] = mapped_column(String(64))
     n_planned: Mapped[int] = mapped_column(Integer, default=0)
     n_ran: Mapped[int] = mapped_column(Integer, default=0)
+    ranking: Mapped[dict[str, Any] | None]  # the suite's baseline and `rank` section
 
 
 class Trial(Base):

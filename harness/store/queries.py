@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from harness.store.models import Result, Trial
+from harness.store.models import MetricPoint, Result, Trial
 
 CHUNK = 500
 
@@ -39,8 +39,11 @@ def unlogged_count(engine: Engine, suite: str) -> int:
         )
 
 
-def stored_outcomes(engine: Engine, keys: Iterable[str]) -> list[dict[str, Any]]:
-    """Finished trials with their final metrics, as plain records for ranking."""
+def stored_outcomes(
+    engine: Engine, keys: Iterable[str], series_metric: str | None = None
+) -> list[dict[str, Any]]:
+    """Finished trials with their final metrics, as plain records for ranking; with
+    `series_metric`, also that metric's series as (step, train_time_s, value) by step."""
     keys = list(keys)
     records = []
     with Session(engine) as session:
@@ -56,6 +59,7 @@ def stored_outcomes(engine: Engine, keys: Iterable[str]) -> list[dict[str, Any]]
             for result in session.scalars(select(Result).where(Result.trial_id.in_(ids))):
                 if result.value is not None:
                     metrics[result.trial_id][result.name] = result.value
+            series = metric_series(session, ids, series_metric) if series_metric else {}
             records += [
                 {
                     "method": trial.method,
@@ -66,7 +70,23 @@ def stored_outcomes(engine: Engine, keys: Iterable[str]) -> list[dict[str, Any]]
                     "metrics": metrics[trial.id],
                     "sweep": trial.sweep,
                     "key": trial.key,
+                    "series": series.get(trial.id, []),
                 }
                 for trial in trials
             ]
     return records
+
+
+def metric_series(
+    session: Session, trial_ids: list[int], name: str
+) -> dict[int, list[tuple[int, float, float | None]]]:
+    """(step, train_time_s, value) of metric `name` per trial, in step order."""
+    rows = session.execute(
+        select(MetricPoint.trial_id, MetricPoint.step, MetricPoint.train_time_s, MetricPoint.value)
+        .where(MetricPoint.trial_id.in_(trial_ids), MetricPoint.name == name)
+        .order_by(MetricPoint.trial_id, MetricPoint.step)
+    )
+    series: dict[int, list[tuple[int, float, float | None]]] = defaultdict(list)
+    for trial_id, step, train_time_s, value in rows:
+        series[trial_id].append((step, train_time_s, value))
+    return series

@@ -42,3 +42,15 @@ class Task(ABC):
     def batch_tokens(batch: Batch) -> int:
         """Tokens (input positions) in a batch, for throughput accounting."""
         return batch[0].numel()
+
+
+class EvalTask(ABC):
+    """An evaluation-only task of a pretrained model: lm-eval tasks, perplexity on a corpus."""
+
+    @abstractmethod
+    def evaluate(self, model: nn.Module, batch_size: int) -> dict[str, float]:
+        """The task's metrics for `model` (names as lm-eval reports them)."""
+
+    @abstractmethod
+    def calibration(self, n_samples: int, seq_len: int) -> list[Tensor]:
+        """Token batches for data-aware pruning and quantization criteria."""

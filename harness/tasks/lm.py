@@ -27,6 +27,12 @@ from harness.tasks.corpora import (
 SPLITS = ("train", "val", "test")
 
 
+def known_corpus(cls: type, corpus: str) -> str:
+    """Field validator: the corpus name is registered or a supported scheme."""
+    check_corpus_name(corpus)
+    return corpus
+
+
 class LMTaskSpec(StrictModel):
     """A task section of type `lm`."""
 
@@ -38,11 +44,7 @@ class LMTaskSpec(StrictModel):
     test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     split_seed: int = 0
 
-    @field_validator("corpus")
-    @classmethod
-    def _known_corpus(cls, corpus: str) -> str:
-        check_corpus_name(corpus)
-        return corpus
+    _known_corpus = field_validator("corpus")(known_corpus)
 
     @field_validator("tokenizer")
     @classmethod
@@ -178,20 +180,28 @@ class LMTask(Task):
             model.train(was_training)
         return metrics
 
-    @torch.no_grad()
     def _split_loss(
         self, model: nn.Module, split: str, batch_size: int, n_batches: int
     ) -> tuple[float, float]:
         """Mean loss (nats per token) and bits per byte over the split's evaluation windows."""
         windows = eval_windows(self.tokens[split], self.seq_len, batch_size * n_batches)
-        device = model_device(model)
-        nats, n_tokens, n_bytes = 0.0, 0, 0
-        for chunk in windows.split(batch_size):
-            x, y = chunk[:, :-1], chunk[:, 1:]
-            logits = model(input_ids=x.to(device)).logits
-            nats += F.cross_entropy(
-                logits.float().flatten(0, 1), y.to(device).flatten(), reduction="sum"
-            ).item()
-            n_tokens += y.numel()
-            n_bytes += self.tokenizer.n_bytes(y.numpy())
+        nats, n_tokens, n_bytes = token_loss(model, windows, batch_size, self.tokenizer)
         return nats / n_tokens, nats / math.log(2) / n_bytes
+
+
+@torch.no_grad()
+def token_loss(
+    model: nn.Module, windows: Tensor, batch_size: int, tokenizer: Tokenizer
+) -> tuple[float, int, int]:
+    """Summed next-token loss (nats), target tokens and their UTF-8 bytes over `windows`."""
+    device = model_device(model)
+    nats, n_tokens, n_bytes = 0.0, 0, 0
+    for chunk in windows.split(batch_size):
+        x, y = chunk[:, :-1], chunk[:, 1:]
+        logits = model(input_ids=x.to(device)).logits
+        nats += F.cross_entropy(
+            logits.float().flatten(0, 1), y.to(device).flatten(), reduction="sum"
+        ).item()
+        n_tokens += y.numel()
+        n_bytes += tokenizer.n_bytes(y.numpy())
+    return nats, n_tokens, n_bytes

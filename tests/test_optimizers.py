@@ -1,0 +1,206 @@
+"""Optimizers (SPEC 5.3): in-house update rules against hand-computed steps, library wiring."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from harness.methods.optimizers import RMNP, SinkGD, make_optimizer, sr_sinkhorn
+from harness.methods.param_roles import model_layers
+from harness.models.gpt import GPTSpec, build_gpt
+from harness.registry import OPTIMIZERS, SCHEDULES
+from harness.spec.schema import NormSpec, OptimizerSpec
+
+
+def tiny_gpt(norm: str = "layernorm", **spec: object) -> nn.Module:
+    torch.manual_seed(0)
+    settings = {"n_layers": 2, "d_model": 16, "n_heads": 2, "max_seq_len": 16} | spec
+    return build_gpt(GPTSpec(**settings), NormSpec(type=norm), vocab_size=32)
+
+
+def backward(model: nn.Module, seed: int = 0) -> None:
+    """Gradients of the LM loss on a random batch."""
+    tokens = torch.randint(0, 32, (4, 16), generator=torch.Generator().manual_seed(seed))
+    model(input_ids=tokens, labels=tokens).loss.backward()
+
+
+def ids(params: list[torch.Tensor]) -> set[int]:
+    return {id(p) for p in params}
+
+
+def rmnp_by_hand(w: np.ndarray, grads: list[np.ndarray], lr: float, mu: float, wd: float):
+    """RMNP's steps from its equations, in numpy."""
+    buffer = np.zeros_like(w)
+    for g in grads:
+        buffer = mu * buffer + g
+        u = g + mu * buffer
+        u = u / np.linalg.norm(u, axis=1, keepdims=True)
+        w = w * (1 - lr * wd) - lr * math.sqrt(max(1, w.shape[0] / w.shape[1])) * u
+    return w
+
+
+def test_rmnp_normalizes_rows_of_the_nesterov_momentum() -> None:
+    rng = np.random.default_rng(0)
+    w0 = rng.normal(size=(6, 4))
+    grads = [rng.normal(size=(6, 4)) for _ in range(3)]
+    weight = nn.Parameter(torch.tensor(w0))
+    optimizer = RMNP([weight], lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.05)
+    for g in grads:
+        weight.grad = torch.tensor(g)
+        optimizer.step()
+    expected = rmnp_by_hand(w0, grads, lr=0.1, mu=0.9, wd=0.05)
+    np.testing.assert_allclose(weight.detach().numpy(), expected, rtol=1e-10)
+
+
+def sinkhorn_by_hand(g: np.ndarray, iterations: int) -> np.ndarray:
+    m, n = g.shape
+    for _ in range(iterations):
+        g = math.sqrt(n) * g / np.linalg.norm(g, axis=1, keepdims=True)
+        g = math.sqrt(m) * g / np.linalg.norm(g, axis=0, keepdims=True)
+    return g
+
+
+def test_sinkgd_alternates_row_and_column_normalization() -> None:
+    rng = np.random.default_rng(1)
+    w0, g = rng.normal(size=(5, 3)), rng.normal(size=(5, 3))
+    weight = nn.Parameter(torch.tensor(w0))
+    weight.grad = torch.tensor(g)
+    SinkGD([weight], lr=0.2, iterations=2).step()
+    np.testing.assert_allclose(weight.detach().numpy(), w0 - 0.2 * sinkhorn_by_hand(g, 2))
+    balanced = sr_sinkhorn(torch.tensor(g), 200)
+    np.testing.assert_allclose(balanced.norm(dim=1), math.sqrt(3), rtol=1e-6)
+    np.testing.assert_allclose(balanced.norm(dim=0), math.sqrt(5), rtol=1e-6)
+
+
+def parts(optimizer: torch.optim.Optimizer) -> dict[str, torch.optim.Optimizer]:
+    return {type(part).__name__: part for part in optimizer.parts}
+
+
+def group_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+@pytest.mark.parametrize("name", ["muon", "rmnp", "sinkgd"])
+def test_matrix_optimizers_get_only_hidden_2d_weights_and_adamw_the_rest(name: str) -> None:
+    model = tiny_gpt(tie_embeddings=False, pos="learned")
+    layers = model_layers(model)
+    optimizer = make_optimizer(model, OptimizerSpec(name=name, lr=0.02, weight_decay=0.1))
+    by_name = parts(optimizer)
+    adamw = by_name.pop("AdamW")
+    (matrix_part,) = by_name.values()
+    assert ids(group_params(matrix_part)) == ids(layers.hidden_matrices)
+    rest = [p for p in model.parameters() if id(p) not in ids(layers.hidden_matrices)]
+    assert ids(group_params(adamw)) == ids(rest)
+    decay = {id(p): g["weight_decay"] for g in adamw.param_groups for p in g["params"]}
+    assert {decay[id(p)] for p in layers.embeddings + layers.head} == {0.1}
+    assert {decay[id(p)] for p in rest if p.ndim == 1} == {0.0}
+    assert optimizer.param_groups == matrix_part.param_groups + adamw.param_groups
+
+
+def test_muon_defaults_to_nesterov_momentum_and_takes_the_suite_s() -> None:
+    default = parts(make_optimizer(tiny_gpt(), OptimizerSpec(name="muon")))["Muon"].defaults
+    assert (default["momentum"], default["nesterov"]) == (0.95, True)
+    spec = OptimizerSpec(name="muon", momentum=0.8, nesterov=False, adamw_lr=3e-3)
+    chosen = parts(make_optimizer(tiny_gpt(), spec))
+    assert (chosen["Muon"].defaults["momentum"], chosen["Muon"].defaults["nesterov"]) == (
+        0.8,
+        False,
+    )
+    assert chosen["AdamW"].defaults["lr"] == 3e-3
+
+
+def test_sinkgd_steps_at_alpha_times_the_adamw_rate() -> None:
+    spec = OptimizerSpec(name="sinkgd", lr=1e-3, alpha=0.1, iterations=3)
+    optimizer = make_optimizer(tiny_gpt(), spec)
+    assert parts(optimizer)["SinkGD"].defaults == {"lr": pytest.approx(1e-4), "iterations": 3}
+    assert parts(optimizer)["AdamW"].defaults["lr"] == 1e-3
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [
+        ("adamw", "AdamW"),
+        ("adam", "Adam"),
+        ("sgd", "SGD"),
+        ("lion", "Lion"),
+        ("lamb", "Lamb"),
+        ("lars", "LARS"),
+        ("novograd", "NovoGrad"),
+        ("adafactor", "Adafactor"),
+    ],
+)
+def test_library_optimizers_decay_matrices_only(name: str, cls: str) -> None:
+    model = tiny_gpt()
+    optimizer = make_optimizer(model, OptimizerSpec(name=name, lr=1e-3, weight_decay=0.1))
+    assert type(optimizer).__name__ == cls
+    decay = {id(p): g["weight_decay"] for g in optimizer.param_groups for p in g["params"]}
+    assert set(decay) == ids(list(model.parameters()))
+    assert all(decay[id(p)] == (0.1 if p.ndim >= 2 else 0.0) for p in model.parameters())
+    assert {g["lr"] for g in optimizer.param_groups} == {1e-3}
+
+
+def test_lamb_adds_weight_decay_before_the_trust_ratio() -> None:
+    optimizer = make_optimizer(tiny_gpt(), OptimizerSpec(name="lamb", weight_decay=0.1))
+    assert all(not g["weight_decouple"] and g["adam_debias"] for g in optimizer.param_groups)
+
+
+def newton_schulz(g: np.ndarray, steps: int = 5) -> np.ndarray:
+    """Muon's quintic Newton-Schulz iteration towards U V^T (Jordan et al., 2024)."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    tall = g.shape[0] > g.shape[1]
+    x = (g.T if tall else g) / np.linalg.norm(g)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+def test_scion_uses_each_layer_type_s_norm() -> None:
+    """ColNorm for embeddings, Sign for the head, Spectral for matrices, RMS for vectors."""
+    # RMSNorm: LayerNorm's centering leaves gradients a null direction that Newton-Schulz in
+    # bfloat16 amplifies noise along, which no float64 reference reproduces.
+    model = tiny_gpt("rmsnorm", tie_embeddings=False, pos="learned")
+    layers = model_layers(model)
+    spec = OptimizerSpec(name="scion", lr=0.01, momentum=0.9)
+    optimizer = make_optimizer(model, spec)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    backward(model)
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    optimizer.step()
+    # constrained Scion: W <- (1 - lr) W - lr * scale * lmo(0.1 g) (momentum 0.9 from zero)
+    update = {
+        name: ((1 - 0.01) * before[name] - p.detach()) / 0.01
+        for name, p in model.named_parameters()
+    }
+    head, d_in = grads["lm_head.weight"], 16
+    torch.testing.assert_close(update["lm_head.weight"], 10.0 * torch.sign(head) / d_in)
+    token = 0.1 * grads["embed_tokens.weight"]
+    rms = token.norm(dim=1, keepdim=True) / math.sqrt(16)
+    torch.testing.assert_close(update["embed_tokens.weight"], token / (rms + 1e-8))
+    hidden = grads["blocks.0.mlp.up_proj.weight"].double().numpy()  # 44 x 16: sqrt(44/16)
+    spectral = 3.0 * math.sqrt(44 / 16) * newton_schulz(hidden)
+    error = np.linalg.norm(update["blocks.0.mlp.up_proj.weight"].numpy() - spectral)
+    assert error < 0.1 * np.linalg.norm(spectral)  # Newton-Schulz runs in bfloat16
+    gain = 0.1 * grads["blocks.0.placement.norm1.weight"]
+    rms = gain.pow(2).mean().sqrt()
+    torch.testing.assert_close(update["blocks.0.placement.norm1.weight"], 3.0 * gain / (rms + 1e-8))
+    assert {id(p) for p in layers.embeddings} == ids(
+        [model.embed_tokens.weight, model.embed_positions.weight]
+    )
+
+
+def test_wsd_warms_up_holds_then_cools_down_over_the_last_fifth() -> None:
+    wsd = SCHEDULES.get("wsd")
+    values = [wsd(step, 100, 10, 0.0) for step in (4, 10, 50, 80, 90, 100)]
+    assert values == pytest.approx([0.5, 1.0, 1.0, 1.0, 0.5, 0.0])
+    assert wsd(90, 100, 10, 0.2) == pytest.approx(0.6)
+
+
+def test_every_optimizer_of_the_spec_is_registered() -> None:
+    expected = {"adamw", "adam", "sgd", "lion", "lamb", "lars", "novograd", "adafactor"}
+    assert expected | {"muon", "rmnp", "scion", "sinkgd"} <= set(OPTIMIZERS.names())
+    assert {"constant", "cosine", "linear", "wsd"} <= set(SCHEDULES.names())

@@ -1,0 +1,264 @@
+"""Weight quantization (SPEC 5.6): the RTN reference's error bound, the layerwise policy, the
+reported bits and bytes, and torchao / optimum-quanto models that run close to the original."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor, nn
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from harness.methods.layers import blocks, linears
+from harness.methods.quantization import fake_quantize, quantize_model
+from harness.models.gpt import GPTSpec, build_gpt
+from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
+from harness.spec.schema import NormSpec, QuantizeSpec
+
+VOCAB = 40
+# Per block: q, k, v, o are 32x32, up is d_ff x 32, down is 32 x d_ff.
+SMALL = {"n_layers": 2, "d_model": 32, "n_heads": 4, "d_ff": 64, "mlp": "gelu", "max_seq_len": 32}
+
+
+def gpt(**fields: Any) -> nn.Module:
+    torch.manual_seed(0)
+    return build_gpt(GPTSpec(**{**SMALL, **fields}), NormSpec(), VOCAB).eval()
+
+
+@pytest.fixture(scope="module")
+def calibration() -> list[Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    return [torch.randint(0, VOCAB, (4, 16), generator=generator)]
+
+
+def logits(model: nn.Module, batch: Tensor) -> Tensor:
+    with torch.no_grad():
+        return model(input_ids=batch).logits
+
+
+def grid_step(weight: Tensor, bits: int, group: int, symmetric: bool) -> Tensor:
+    """The quantization step of each value's group, from the range [min(w, 0), max(w, 0)]."""
+    groups = weight.reshape(-1, group)
+    lo, hi = groups.min(1, keepdim=True).values.clamp(max=0), groups.max(1, keepdim=True).values
+    hi = hi.clamp(min=0)
+    span = 2 * torch.maximum(-lo, hi) if symmetric else hi - lo
+    return (span / (2**bits - 1)).expand_as(groups).reshape(weight.shape)
+
+
+def rounding(weight: Tensor) -> float:
+    """float32 rounding slack: the largest value on the grid's edge errs by exactly half a step."""
+    return 4 * torch.finfo(torch.float32).eps * float(weight.abs().max())
+
+
+@pytest.mark.parametrize("bits", range(2, 9))
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("group", [16, 64])
+def test_rtn_error_is_at_most_half_a_step(bits: int, symmetric: bool, group: int) -> None:
+    torch.manual_seed(bits)
+    weight = torch.randn(8, 64) * 0.1 + 0.03
+    weight[3, 5] = 1.5  # an outlier widens its group's step
+    step = grid_step(weight, bits, group, symmetric)
+    quantized = fake_quantize(weight, bits, group, symmetric)
+    assert ((weight - quantized).abs() <= step / 2 + rounding(weight)).all()
+    levels = quantized / step
+    torch.testing.assert_close(levels, levels.round(), rtol=0, atol=1e-3)
+    for row in quantized.reshape(-1, group):
+        assert len(row.unique()) <= 2**bits
+    assert (weight - quantized).abs().max() > 0
+
+
+def llama() -> nn.Module:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+BLOCK_LINEARS = {
+    "gpt": (gpt, r"blocks\.\d\.(attn|mlp)\.\w+_proj\.weight", 12),
+    "llama": (llama, r"model\.layers\.\d\.(self_attn|mlp)\.\w+_proj\.weight", 14),
+}
+
+
+@pytest.mark.parametrize("kind", ["gpt", "llama"])
+def test_rtn_quantizes_only_the_blocks_linear_weights(kind: str, calibration: list[Tensor]) -> None:
+    build, pattern, count = BLOCK_LINEARS[kind]
+    model = build()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    spec = QuantizeSpec(scheme="rtn", bits=3, group_size=16, symmetric=False)
+    quantized, _ = quantize_model(model, spec, calibration)
+    changed = 0
+    for name, param in quantized.named_parameters():
+        if re.fullmatch(pattern, name):
+            step = grid_step(before[name], 3, 16, symmetric=False)
+            assert ((param - before[name]).abs() <= step / 2 + rounding(before[name])).all()
+            changed += not torch.equal(param, before[name])
+        else:
+            assert torch.equal(param, before[name]), name
+    assert changed == count
+
+
+def nominal_bytes(model: nn.Module, quantized_weight_bytes: int) -> int:
+    """Parameter bytes, the blocks' Linear weights counted at their quantized size."""
+    params = {id(p): p for p in model.parameters()}
+    total = sum(p.numel() * p.element_size() for p in params.values())
+    return (
+        total
+        - sum(lin.weight.numel() * lin.weight.element_size() for lin in linears(blocks(model)))
+        + quantized_weight_bytes
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "effective_bits", "block_bytes"),
+    [
+        # per-channel symmetric 4 bit: 32-wide rows (4 + 16/32) but down_proj's 64 (4 + 16/64)
+        (QuantizeSpec(scheme="rtn", bits=4), (6144 * 4.5 + 2048 * 4.25) / 8192, 4096 + 224 * 2),
+        # groups of 16, asymmetric 3 bit: 3 + 2 * 16 / 16; 3072 data bytes, 512 groups x 2 x 2 bytes
+        (QuantizeSpec(scheme="rtn", bits=3, group_size=16, symmetric=False), 5.0, 3072 + 2048),
+    ],
+)
+def test_effective_bits_and_bytes_by_hand(
+    spec: QuantizeSpec, effective_bits: float, block_bytes: int, calibration: list[Tensor]
+) -> None:
+    model = gpt()
+    expected_bytes = nominal_bytes(model, 2 * block_bytes)
+    _, report = quantize_model(model, spec, calibration)
+    assert report.effective_bits == pytest.approx(effective_bits)
+    assert report.model_bytes == expected_bytes
+    assert report.bits_per_layer == {0: spec.bits, 1: spec.bits}
+
+
+def block_cosines(model: nn.Module, batch: Tensor) -> list[float]:
+    with torch.no_grad():
+        hidden = [
+            h.flatten(0, 1).double() for h in model(batch, output_hidden_states=True).hidden_states
+        ]
+    return [
+        float(torch.nn.functional.cosine_similarity(x, y, dim=-1).mean())
+        for x, y in itertools.pairwise(hidden)
+    ]
+
+
+def outlier_fractions(model: nn.Module) -> list[float]:
+    fractions = []
+    for block in blocks(model):
+        weights = np.concatenate(
+            [linear.weight.detach().numpy().ravel() for linear in linears(block)]
+        )
+        z = (weights - weights.mean()) / weights.std(ddof=1)
+        fractions.append(float((z > 1).mean()))
+    return fractions
+
+
+def top(values: list[float], n: int) -> set[int]:
+    return set(sorted(range(len(values)), key=lambda i: -values[i])[:n])
+
+
+@pytest.mark.parametrize("importance", ["cosine", "outliers", "position", "random"])
+def test_layerwise_gives_high_bits_to_the_most_important_blocks(
+    importance: str, calibration: list[Tensor]
+) -> None:
+    model = gpt(n_layers=6)
+    expected_importance = {
+        "cosine": [-c for c in block_cosines(model, calibration[0])],  # LIM
+        "outliers": [-f for f in outlier_fractions(model)],  # ZD: fewer outliers, more important
+        "position": [-float(i) for i in range(6)],
+        "random": torch.rand(6, generator=torch.Generator().manual_seed(5)).tolist(),
+    }[importance]
+    high = top(expected_importance, 2)  # fraction_high 0.3 of 6 blocks, rounded
+    policy = {"importance": importance, "high_bits": 8, "low_bits": 2, "fraction_high": 0.3}
+    torch.manual_seed(5)
+    _, report = quantize_model(
+        model, QuantizeSpec(scheme="rtn", bits=4, layerwise=policy), calibration
+    )
+    assert report.bits_per_layer == {i: 8 if i in high else 2 for i in range(6)}
+    for i, block in enumerate(blocks(model)):
+        for linear in linears(block):
+            levels = max(len(row.unique()) for row in linear.weight)
+            assert (levels > 4) == (i in high)
+    if importance != "random":
+        torch.manual_seed(5)
+        scores = LAYER_IMPORTANCE.get(importance)(gpt(n_layers=6), calibration)
+        assert scores == pytest.approx(expected_importance, abs=1e-6)
+
+
+def test_layerwise_effective_bits_mix_the_blocks(calibration: list[Tensor]) -> None:
+    policy = {"importance": "position", "high_bits": 8, "fraction_high": 0.5}
+    _, report = quantize_model(
+        gpt(), QuantizeSpec(scheme="rtn", bits=4, layerwise=policy), calibration
+    )
+    assert report.bits_per_layer == {0: 8, 1: 4}
+    overhead = (6144 * 16 / 32 + 2048 * 16 / 64) / 8192
+    assert report.effective_bits == pytest.approx((8 + overhead + 4 + overhead) / 2)
+
+
+def library_scales(weight: Tensor) -> int:
+    """How many scales and (non-zero) zero points a torchao / quanto weight tensor stores."""
+    names, _ = weight.__tensor_flatten__()
+    scales = [getattr(weight, name) for name in ("scale", "_scale") if name in names]
+    zeros = [getattr(weight, name) for name in ("zero_point", "_shift") if name in names]
+    return sum(t.numel() for t in scales) + sum(t.numel() for t in zeros if t.any())
+
+
+@pytest.mark.parametrize(
+    ("spec", "fields", "effective_bits"),
+    [
+        (QuantizeSpec(scheme="torchao_int8"), {}, (6144 * 8.5 + 2048 * 8.25) / 8192),
+        (QuantizeSpec(scheme="quanto", bits=8), {}, (6144 * 8.5 + 2048 * 8.25) / 8192),
+        (QuantizeSpec(scheme="torchao_int4", bits=4, group_size=16, symmetric=False), {}, 6.0),
+        # quanto qint4 / qint2 are affine; rows up to 128 wide are one group, the 256-wide
+        # rows of down_proj groups of 128
+        (QuantizeSpec(scheme="quanto", bits=4), {"d_ff": 256}, (12288 * 5 + 8192 * 4.25) / 20480),
+        (QuantizeSpec(scheme="quanto", bits=2), {"d_ff": 256}, (12288 * 3 + 8192 * 2.25) / 20480),
+    ],
+)
+def test_library_schemes_run_and_report_their_layout(
+    spec: QuantizeSpec, fields: dict[str, Any], effective_bits: float, calibration: list[Tensor]
+) -> None:
+    model = gpt(**fields)
+    reference = logits(model, calibration[0])
+    weights = sum(linear.weight.numel() for linear in linears(blocks(model)))
+    scales = round((effective_bits - spec.bits) * weights / 16)
+    expected_bytes = nominal_bytes(model, weights * spec.bits // 8 + 2 * scales)
+    quantized, report = quantize_model(model, spec, calibration)
+    assert report.effective_bits == pytest.approx(effective_bits)
+    assert report.model_bytes == expected_bytes
+    assert sum(library_scales(linear.weight) for linear in linears(blocks(quantized))) == scales
+    out = logits(quantized, calibration[0])
+    assert torch.isfinite(out).all()
+    if spec.bits == 8:
+        torch.testing.assert_close(out, reference, rtol=0, atol=0.02 * float(reference.abs().max()))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (QuantizeSpec(scheme="torchao_int8", bits=4), "supports bits \\[8\\]"),
+        (QuantizeSpec(scheme="quanto", bits=3), "supports bits \\[2, 4, 8\\]"),
+        (QuantizeSpec(scheme="quanto", bits=4, group_size=16), "fixed layout"),
+        (QuantizeSpec(scheme="torchao_int8", symmetric=True), "fixed layout"),
+        (QuantizeSpec(scheme="rtn", bits=4, group_size=24), "does not divide"),
+    ],
+)
+def test_unsupported_settings_are_refused(
+    spec: QuantizeSpec, message: str, calibration: list[Tensor]
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        quantize_model(gpt(), spec, calibration)
+
+
+def test_registered_schemes_and_importances_cite_their_source() -> None:
+    assert {"rtn", "torchao_int8", "torchao_int4", "quanto"} <= set(QUANTIZERS.names())
+    assert set(LAYER_IMPORTANCE.names()) >= {"cosine", "outliers", "position", "random"}
+    assert all(entry.doc for entry in [*QUANTIZERS.entries(), *LAYER_IMPORTANCE.entries()])

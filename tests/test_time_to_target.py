@@ -1,0 +1,133 @@
+"""Steps and time to target, the AlgoPerf performance profile, and tuned sweeps end to end."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.ranking import Ranking, RankRow, Target, TrialOutcome, format_ranking, rank
+from harness.store.models import Result, Trial
+from tests.conftest import write_suite
+
+TARGET = Target("val_loss", 2.0)
+
+
+def runs(method: str, hits: Sequence[int | None], task: str = "lm") -> list[TrialOutcome]:
+    """One trial per seed evaluated every 50 steps (0.1 s of train time per step); its loss falls
+    to the target at step `hit` (never when None) and ends at 1.5 or 2.5."""
+    outcomes = []
+    for seed, hit in enumerate(hits):
+        series = [(step, step / 10, 2.0 if step == hit else 3.0) for step in range(50, 450, 50)]
+        final = 2.5 if hit is None else 1.5
+        outcomes.append(
+            TrialOutcome(method, "gpt", task, seed, "done", {"val_loss": final}, series=series)
+        )
+    return outcomes
+
+
+def row_of(ranking: Ranking, method: str, task: str = "lm") -> RankRow:
+    return next(r for r in ranking.rows if r.method == method and r.task == task)
+
+
+def bootstrap(values: list[float]) -> tuple[float, float]:
+    interval = stats.bootstrap(
+        (np.array(values),),
+        np.mean,
+        method="percentile",
+        n_resamples=2000,
+        rng=np.random.default_rng(0),
+    ).confidence_interval
+    return interval.low, interval.high
+
+
+def test_steps_and_time_to_target_with_cis_and_never_reaching_methods_kept() -> None:
+    outcomes = runs("fast", [100, 150, 200]) + runs("slow", [300, 300, None])
+    ranking = rank(outcomes + runs("stuck", [None, None, None]), "val_loss", None, target=TARGET)
+    fast, slow, stuck = (row_of(ranking, m) for m in ("fast", "slow", "stuck"))
+    assert (fast.n_reached, fast.steps_to_target, fast.time_to_target) == (3, 150, 15)
+    assert (fast.steps_ci_low, fast.steps_ci_high) == pytest.approx(bootstrap([100, 150, 200]))
+    assert (fast.time_ci_low, fast.time_ci_high) == pytest.approx(bootstrap([10, 15, 20]))
+    assert (slow.n_reached, slow.steps_to_target, slow.steps_ci_low) == (2, 300, 300)
+    assert (stuck.n_reached, stuck.steps_to_target, stuck.time_to_target) == (0, None, None)
+    table = format_ranking(ranking, "table")
+    stuck_line = next(line for line in table.splitlines() if "stuck" in line)
+    assert "never" in stuck_line and "0/3" in stuck_line
+    assert "steps to target" in table and "profile score (steps)" in table
+
+
+def test_a_trial_that_diverges_after_reaching_the_target_reached_it() -> None:
+    diverged = TrialOutcome("m", "gpt", "lm", 0, "diverged", {}, series=[(10, 1.0, 1.9)])
+    row = rank([diverged], "val_loss", None, target=TARGET).rows[0]
+    assert (row.n_reached, row.steps_to_target, row.n_failed) == (1, 10, 1)
+
+
+def test_a_max_metric_reaches_its_target_from_below() -> None:
+    series = [(10, 1.0, 0.5), (20, 2.0, 0.8), (30, 3.0, 0.95)]
+    outcome = TrialOutcome("m", "gpt", "lm", 0, "done", {"id_acc": 0.95}, series=series)
+    row = rank([outcome], "id_acc", None, target=Target("id_acc", 0.8)).rows[0]
+    assert (row.steps_to_target, row.time_to_target) == (20, 2.0)
+
+
+def test_performance_profile_score_matches_algoperf_by_hand() -> None:
+    """B = 1/(3n) sum_w max(0, 4 - r_w), r_w = median time / best median time on workload w."""
+    workload_a = runs("a", [100, 150, 200]) + runs("b", [300, 300, None]) + runs("c", [None])
+    workload_b = runs("a", [400, 400], task="t2") + runs("b", [100, 100], task="t2")
+    ranking = rank(workload_a + workload_b, "val_loss", None, target=TARGET)
+    scores = {s.method: (s.profile_steps, s.profile_time) for s in ranking.summary}
+    # workload lm: medians a 150, b 300 (one seed never: still the median), c infinite
+    # workload t2: a 400 (r = 4), b 100 (r = 1), c has no trial (infinite)
+    expected = {"a": (3 + 0) / 6, "b": (2 + 3) / 6, "c": 0.0}
+    assert {m: s[0] for m, s in scores.items()} == pytest.approx(expected)
+    assert {m: s[1] for m, s in scores.items()} == pytest.approx(expected)
+    data = json.loads(format_ranking(ranking, "json"))
+    assert data["target"] == {"metric": "val_loss", "value": 2.0}
+    without = rank(workload_a, "val_loss", None)
+    assert without.target is None and without.summary[0].profile_steps is None
+
+
+def layerbench(*args: str) -> str:
+    """The output of a `layerbench` command run in this process; it must succeed."""
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_a_sweep_stores_every_point_and_ranks_one_tuned_result_per_seed(tmp_path: Path) -> None:
+    """3 learning rates x 2 seeds: 6 trials stored; `rank` has one tuned trial per seed."""
+    suite = write_suite(
+        tmp_path,
+        "pre-ln: {sweep: {optimizer.lr: [1.0e-4, 3.0e-3, 1.0e-2]}}",
+        steps=12,
+        eval_every=4,
+        extra="rank: {metric: val_loss, target: {metric: val_loss, value: 4.5}}\n",
+    )
+    layerbench("run", str(suite), "--no-mlflow", "--workers", "2")
+    engine = create_engine(f"sqlite:///{tmp_path / 'layerbench.db'}")
+    with Session(engine) as session:
+        rows = session.execute(
+            select(Trial.seed, Trial.sweep, Result.value)
+            .join(Result, Result.trial_id == Trial.id)
+            .where(Result.name == "val_loss")
+        ).all()
+    assert len(rows) == 6
+    best = [min(v for s, _, v in rows if s == seed) for seed in (0, 1)]
+    tuned = json.loads(layerbench("rank", str(suite), "--format", "json"))
+    (row,) = tuned["rows"]
+    assert (row["method"], row["n"], row["mean"]) == ("pre-ln", 2, pytest.approx(np.mean(best)))
+    assert row["n_reached"] is not None and tuned["summary"][0]["profile_steps"] is not None
+    every = json.loads(layerbench("rank", str(suite), "--all", "--format", "json"))
+    assert sorted(r["method"] for r in every["rows"]) == [
+        f"pre-ln[optimizer.lr={lr}]" for lr in ("0.0001", "0.003", "0.01")
+    ]
+    assert all(r["n"] == 2 for r in every["rows"]) and every["baseline"] is None
+    plan = layerbench("plan", str(suite))
+    assert plan.count("pre-ln[optimizer.lr=") == 6 and plan.count(" * ") == 2
