@@ -28,6 +28,8 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+data_app = typer.Typer(help="Offline data sets.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
 
 SuiteArg = Annotated[Path, typer.Argument(help="A suite YAML file.")]
 DbOption = Annotated[
@@ -303,3 +305,39 @@ def db_upgrade(db: DbOption = None) -> None:
 
     open_db(db)
     console.print(f"database {redact(database_url(db))} is at the latest schema")
+
+
+@data_app.command("install")
+def data_install(
+    name: Annotated[str, typer.Argument(help="The data set: bigbench.")],
+    tasks: Annotated[
+        list[str] | None, typer.Option("--task", help="A BIG-bench task (repeatable).")
+    ] = None,
+) -> None:
+    """Download a data set once and extract what the local tasks need into the cache."""
+    from harness.tasks import bigbench
+
+    if name != "bigbench":
+        raise fail(f"unknown data set '{name}'; known: bigbench")
+    chosen = tuple(tasks) if tasks else bigbench.DEFAULT_TASKS
+    for path in bigbench.install(chosen):
+        console.print(f"[green]installed[/] {path}")
+
+
+@app.command()
+def cache() -> None:
+    """Where models and data live, and which offline sources are installed."""
+    from harness.cache import PACKAGES, cache_dir
+    from harness.tasks.bigbench import data_dir
+
+    console.print(f"[bold]cache[/] {cache_dir()}  (set $LAYERBENCH_CACHE to move it)")
+    for package in PACKAGES:
+        location = package.location()
+        where = str(location) if location else f"[red]not installed[/]: {package.install}"
+        console.print(f"  package {package.distribution:<12} {where}")
+    for path in sorted((cache_dir() / "models").glob("*/config.json")):
+        console.print(f"  model   {path.parent.name:<12} {path.parent}")
+    installed = sorted(p.parent.name for p in data_dir().glob("*/task.json"))
+    console.print(
+        f"  bigbench tasks: {', '.join(installed) or 'none (layerbench data install bigbench)'}"
+    )

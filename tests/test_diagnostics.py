@@ -18,7 +18,7 @@ from harness.diagnostics import StepProbe, hidden_state_stats, peak_activation
 from harness.models.gpt import GPT, GPTSpec, build_gpt, rope_tables
 from harness.runner.plan import PlannedTrial, plan_suite
 from harness.runner.results import LayerStat, TrialResult
-from harness.runner.trial import Clock, Trial, build, train
+from harness.runner.trial import Clock, Trial, build, prepare, train
 from harness.spec import load_suite
 from harness.spec.schema import NormSpec
 from harness.store.db import StoreLedger, open_database, suite_run
@@ -105,7 +105,8 @@ def tiny_trials(tmp_path: Path) -> list[PlannedTrial]:
 
 def train_and_store(engine: Engine, planned: PlannedTrial) -> tuple[Trial, int]:
     """Build and train the trial as the runner does, and store its result."""
-    trial, result = build(planned.config), TrialResult(status="running")
+    trial = build(planned.config, prepare(planned.config))
+    result = TrialResult(status="running")
     train(trial, result, Clock(), lambda step, total, loss: None)
     result.status = "done"
     with suite_run(engine, planned.suite, "manual", 1, ranking={"baseline": "pre-ln"}) as run:

@@ -22,16 +22,20 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.cache import DataMissingError
 from harness.diagnostics import StepProbe, diagnostic_inputs, hidden_state_stats
 from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
 from harness.registry import MODELS, SCHEDULES, TASKS
 from harness.runner.env import cpu_model, git_commit, package_versions
+from harness.runner.posttrain import compress
 from harness.runner.results import LayerStat, SeriesPoint, Status, TrialResult
 from harness.spec.schema import TrialSettings
 from harness.tasks.base import Batch, Task
+from harness.tasks.corpora import ModelTokenizer
 
 Report = Callable[[int, int, float], None]
+CALIBRATION_LENGTH = 128  # tokens per calibration window of a pretrained model
 
 
 class Stop(Exception):
@@ -108,13 +112,18 @@ class Trial:
     """The fixed batch on which the layerwise diagnostics look at hidden states."""
 
 
-def build(config: dict[str, Any]) -> Trial:
+def prepare(config: dict[str, Any]) -> TrialSettings:
+    """Import the suite's plugins, seed everything, and validate the trial's settings."""
     for module in config.get("plugins", []):
         importlib.import_module(module)
-    settings = TrialSettings.model_validate(
+    seed_everything(config["seed"])
+    return TrialSettings.model_validate(
         {name: config[name] for name in TrialSettings.model_fields if name in config}
     )
-    seed_everything(config["seed"])
+
+
+def build(config: dict[str, Any], settings: TrialSettings) -> Trial:
+    """The task, model, optimizer and schedule of a training trial."""
     device = resolve_device(settings.device)
     task_entry = TASKS.entry(config["task"]["type"])
     task = task_entry.obj(task_entry.params.model_validate(config["task"]))
@@ -197,7 +206,8 @@ def train(trial: Trial, result: TrialResult, clock: Clock, report: Report) -> No
             raise Stop("timeout", step - 1, f"time limit {trial.settings.time_limit_s:g} s")
         batch = to_device(next(batches), trial.device)
         evaluating = step % train_cfg.eval_every == 0 or step == train_cfg.steps
-        probe = StepProbe(blocks(trial.model)) if evaluating else None
+        probing = evaluating and train_cfg.diagnostics
+        probe = StepProbe(blocks(trial.model)) if probing else None
         started = time.perf_counter()
         loss = train_step(trial, batch, scaler, probe)
         clock.train_s += time.perf_counter() - started
@@ -207,8 +217,9 @@ def train(trial: Trial, result: TrialResult, clock: Clock, report: Report) -> No
         window.append(loss)
         if step % train_cfg.log_every == 0 or step == train_cfg.steps:
             report(step, train_cfg.steps, loss)
-        if evaluating:
+        if probe is not None:
             result.layer_stats += diagnose(trial, probe, step, clock)
+        if evaluating:
             metrics = evaluate(trial, clock, final=False)
             metrics["train_loss"] = sum(window) / len(window)
             window.clear()
@@ -223,13 +234,16 @@ def run_trial(config: dict[str, Any], report: Report | None = None) -> TrialResu
     result = TrialResult(status="running")
     report = report or (lambda step, total, loss: None)
     try:
-        trial = build(config)
-        result.environment = environment(trial.device)
-        train(trial, result, clock, report)
-        result.final = {**evaluate(trial, clock, final=True), **efficiency(trial, result, clock)}
+        settings = prepare(config)
+        if MODELS.entry(config["model"]["type"]).meta.get("pretrained"):
+            result.final = evaluate_pretrained(config, settings, result, clock)
+        else:
+            result.final = train_and_evaluate(config, settings, result, clock, report)
         result.status = "done"
     except Stop as stop:
         result.status, result.failed_step, result.error = stop.status, stop.step, str(stop)
+    except DataMissingError as missing:
+        result.status, result.error = "failed", str(missing)
     except Exception:
         result.status, result.failed_step = "failed", result.steps_done
         result.error = traceback.format_exc()
@@ -239,6 +253,77 @@ def run_trial(config: dict[str, Any], report: Report | None = None) -> TrialResu
         clock.wall_s,
     )
     return result
+
+
+def train_and_evaluate(
+    config: dict[str, Any],
+    settings: TrialSettings,
+    result: TrialResult,
+    clock: Clock,
+    report: Report,
+) -> dict[str, float]:
+    """Train, then prune and quantize if the method says so, then the final evaluation."""
+    trial = build(config, settings)
+    result.environment = environment(trial.device)
+    train(trial, result, clock, report)
+    compressed: dict[str, float] = {}
+    if settings.prune is not None or settings.quantize is not None:
+        started = time.perf_counter()
+        trial.model, compressed = compress(
+            trial.model, settings, train_calibration(trial), trial.seed, validation(trial)
+        )
+        clock.eval_s += time.perf_counter() - started
+    return {
+        **evaluate(trial, clock, final=True),
+        **efficiency(trial, result, clock),
+        **compressed,
+    }
+
+
+def train_calibration(trial: Trial) -> list[torch.Tensor]:
+    """Calibration batches for pruning and quantization: training windows of a fixed stream."""
+    samples = trial.settings.prune.calibration_samples if trial.settings.prune else 32
+    batch_size = trial.settings.train.batch_size
+    batches = trial.task.train_batches(batch_size, torch.Generator().manual_seed(0))
+    return [next(batches)[0].to(trial.device) for _ in range(math.ceil(samples / batch_size))]
+
+
+def validation(trial: Trial) -> Callable[[nn.Module], float]:
+    """The task's validation loss of a candidate model (greedy pruning's objective)."""
+    train = trial.settings.train
+
+    def loss(model: nn.Module) -> float:
+        return trial.task.evaluate(model, train.batch_size, train.eval_batches, False)["val_loss"]
+
+    return loss
+
+
+def evaluate_pretrained(
+    config: dict[str, Any], settings: TrialSettings, result: TrialResult, clock: Clock
+) -> dict[str, float]:
+    """Load a pretrained model, prune and quantize it if asked, and evaluate it; no training."""
+    device = resolve_device(settings.device)
+    result.environment = environment(device)
+    model_entry = MODELS.entry(config["model"]["type"])
+    loaded = model_entry.obj(model_entry.params.model_validate(config["model"]))
+    model = loaded.model.to(device)
+    task_entry = TASKS.entry(config["task"]["type"])
+    task = task_entry.obj(
+        task_entry.params.model_validate(config["task"]), ModelTokenizer(loaded.tokenizer)
+    )
+    started = time.perf_counter()
+    compressing = settings.prune is not None or settings.quantize is not None
+    samples = settings.prune.calibration_samples if settings.prune else 32
+    calibration = (
+        [batch.to(device) for batch in task.calibration(samples, CALIBRATION_LENGTH)]
+        if compressing
+        else []
+    )
+    model, compressed = compress(model, settings, calibration, config["seed"])
+    with torch.no_grad(), autocast(device, settings.precision):
+        metrics = task.evaluate(model, settings.train.batch_size)
+    clock.eval_s += time.perf_counter() - started
+    return {**metrics, **compressed, "params": float(sum(p.numel() for p in model.parameters()))}
 
 
 def efficiency(trial: Trial, result: TrialResult, clock: Clock) -> dict[str, float]:

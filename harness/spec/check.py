@@ -59,6 +59,7 @@ def check_suite(suite: Suite, locator: Locator) -> Iterator[Problem]:
     yield from check_typed_sections(suite.models, "models", MODELS, locator)
     yield from check_typed_sections(suite.tasks, "tasks", TASKS, locator)
     yield from check_references(suite, locator)
+    yield from check_combinations(suite, locator)
     for name in suite.methods:
         yield from check_method(suite, name, locator)
     for loc, metric in [(("rank", "metric"), suite.rank.metric)] + (
@@ -111,6 +112,41 @@ def check_references(suite: Suite, locator: Locator) -> Iterator[Problem]:
                     )
     if suite.baseline is not None and suite.baseline not in suite.methods:
         yield undefined(locator, ("baseline",), "methods", suite.baseline, suite.methods)
+
+
+def check_combinations(suite: Suite, locator: Locator) -> Iterator[Problem]:
+    """Pairs that cannot run: training a pretrained model, evaluating an untrained one."""
+    from harness.runner.plan import matrix_cells
+
+    reported: set[tuple[str, ...]] = set()
+    for method, model, task in matrix_cells(suite):
+        if method not in suite.methods or model not in suite.models or task not in suite.tasks:
+            continue  # reported by check_references
+        model_type, task_type = suite.models[model].get("type"), suite.tasks[task].get("type")
+        if model_type not in MODELS or task_type not in TASKS:
+            continue
+        pretrained = MODELS.entry(model_type).meta.get("pretrained", False)
+        eval_only = TASKS.entry(task_type).meta.get("eval_only", False)
+        if pretrained and not eval_only and (model, task) not in reported:
+            reported.add((model, task))
+            yield locator.problem(
+                ("tasks", task, "type"),
+                f"pretrained model '{model}' is evaluated, not trained: pair it with a task of "
+                f"type perplexity or lm-eval, not '{task_type}'",
+            )
+        if eval_only and not pretrained and (model, task) not in reported:
+            reported.add((model, task))
+            yield locator.problem(
+                ("models", model, "type"),
+                f"task '{task}' ({task_type}) evaluates a pretrained model; '{model}' is an "
+                f"untrained '{model_type}'",
+            )
+        if pretrained and "norm" in suite.methods[method].model_fields_set:
+            yield locator.problem(
+                ("methods", method, "norm"),
+                f"`norm` cannot change pretrained model '{model}' (remove it, or pair the method "
+                "with a gpt model in `matrix`)",
+            )
 
 
 def undefined(locator: Locator, loc: Loc, field: str, name: str, defined: dict) -> Problem:

@@ -80,6 +80,7 @@ class TrainSpec(StrictModel):
     grad_clip: PositiveFloat | None = 1.0
     divergence_factor: PositiveFloat = 5.0
     log_every: PositiveInt = 10
+    diagnostics: bool = True  # layerwise statistics at every evaluation (SPEC 5.7)
 
 
 Precision = Literal["fp32", "bf16", "fp16"]
