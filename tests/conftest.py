@@ -9,7 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from sqlalchemy import create_engine, text
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN_URL = os.environ.get(
@@ -78,3 +81,35 @@ def postgres_url() -> Iterator[str]:
     create_engine(url).dispose()
     with admin.connect() as connection:
         connection.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+
+
+def byte_bpe_tokenizer(texts: list[str], vocab_size: int = 400) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained here on `texts` (nothing is downloaded)."""
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<eos>", pad_token="<eos>")
+
+
+def tiny_llama(vocab_size: int, n_layers: int) -> LlamaForCausalLM:
+    """A randomly initialised Llama small enough for a unit test."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=n_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=0,
+        pad_token_id=0,
+        bos_token_id=0,
+    )
+    return LlamaForCausalLM(config).eval()

