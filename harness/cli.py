@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from sqlalchemy import Engine
 
+from harness.cache import offline_unless_hub_reachable
 from harness.console import RichProgress, console, errors
-from harness.registry import FAMILIES, RegistryError
+from harness.registry import FAMILIES, MODELS, TASKS, RegistryError
 from harness.runner.plan import PlannedTrial, plan_suite
 from harness.spec import Suite, SuiteError, load_suite
 from harness.store.db import DatabaseError, StoreLedger, open_database, suite_run
@@ -138,6 +139,9 @@ def run(
     if todo:
         from harness.runner.local import run_local
 
+        if uses_hub_models(suite):
+            offline_unless_hub_reachable()
+
         ranking = {"baseline": suite.baseline, **suite.rank.model_dump(mode="json")}
         with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking) as record:
             ledger = StoreLedger(
@@ -156,6 +160,13 @@ def run(
     final = trial_statuses(engine, [t.key for t in trials])
     if any(status in FAILED for status in final.values()):
         raise typer.Exit(1)
+
+
+def uses_hub_models(suite: Suite) -> bool:
+    """Does the suite load pretrained models or lm-eval tasks (which may reach the hub)?"""
+    return any(
+        MODELS.entry(m["type"]).meta.get("pretrained") for m in suite.models.values()
+    ) or any(TASKS.entry(t["type"]).meta.get("eval_only") for t in suite.tasks.values())
 
 
 def runnable(status: str | None, retry_failed: bool) -> bool:

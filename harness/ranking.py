@@ -383,14 +383,24 @@ def _verdict(p: float, sign: float, alpha: float) -> Verdict | None:
 def _groups(
     outcomes: list[TrialOutcome], metric: str, direction: Direction, target: Target | None
 ) -> list[_Group]:
-    """The outcomes as (task, model) groups, sorted, with the failed-seed rule applied."""
+    """The outcomes as (task, model) groups, sorted, with the failed-seed rule applied.
+
+    A group whose done trials all lack the metric is left out: its task does not report it
+    (a perplexity task has no `acc`). A group where nothing finished is kept, as all failed.
+    """
     by_group: dict[tuple[str, str], list[TrialOutcome]] = {}
     for outcome in outcomes:
         by_group.setdefault((outcome.task, outcome.model), []).append(outcome)
     return [
         _build_group(task, model, members, metric, direction, target)
         for (task, model), members in sorted(by_group.items())
+        if _reports(members, metric)
     ]
+
+
+def _reports(members: list[TrialOutcome], metric: str) -> bool:
+    done = [outcome for outcome in members if outcome.status == "done"]
+    return not done or any(metric in outcome.metrics for outcome in done)
 
 
 def _build_group(

@@ -295,3 +295,14 @@ def test_text_formats_name_every_method(ranking: Ranking) -> None:
     assert rich_table(ranking).row_count == 3
     with pytest.raises(ValueError, match="xml"):
         format_ranking(ranking, "xml")  # type: ignore[arg-type]
+
+
+def test_a_task_that_does_not_report_the_metric_is_left_out() -> None:
+    outcomes = [
+        TrialOutcome("a", "m", "mc-task", seed, "done", {"acc": 0.5 + seed / 10}) for seed in (0, 1)
+    ] + [
+        TrialOutcome("a", "m", "perplexity", seed, "done", {"bits_per_byte": 1.5})
+        for seed in (0, 1)
+    ]
+    ranking = rank(outcomes, "acc", baseline=None)
+    assert {row.task for row in ranking.rows} == {"mc-task"}
