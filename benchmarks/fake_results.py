@@ -104,8 +104,7 @@ def store(
     """Store the trials and their results under a new suite run; returns the run's id."""
     results = list(results)
     suite = results[0][0].suite
-    ranking = {"baseline": None, "metric": "val_loss", "alpha": 0.05, "target": None}
-    with suite_run(engine, suite, cadence, len(results), ranking) as run:
+    with suite_run(engine, suite, cadence, len(results), ranking=None) as run:
         with Session(engine) as session, session.begin():
             rows = [_trial_row(trial, result, run.id) for trial, result in results]
             session.add_all(rows)

@@ -32,6 +32,7 @@ class RunInfo:
     started_at: datetime
     git_commit: str | None
     n_ran: int
+    ranking: dict[str, Any] | None = None  # the suite's baseline and `rank` section
 
     @property
     def label(self) -> str:
@@ -79,7 +80,7 @@ def suite_runs(engine: Engine, suite: str) -> list[RunInfo]:
     query = select(SuiteRun).where(SuiteRun.suite == suite).order_by(SuiteRun.id)
     with Session(engine) as session:
         return [
-            RunInfo(run.id, run.cadence, run.started_at, run.git_commit, run.n_ran)
+            RunInfo(run.id, run.cadence, run.started_at, run.git_commit, run.n_ran, run.ranking)
             for run in session.scalars(query)
         ]
 

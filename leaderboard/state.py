@@ -154,22 +154,29 @@ def _selection(suite: str, stored: SuiteData) -> Selection:
     metrics = rankable_metrics(stored.metrics)
     chosen_tasks = bar.multiselect("Tasks", tasks, default=tasks, key=f"tasks:{suite}")
     chosen_models = bar.multiselect("Models", models, default=models, key=f"models:{suite}")
+    declared = declared_ranking(stored)
+    metric = declared.get("metric") if declared.get("metric") in metrics else None
     metric = bar.selectbox(
-        "Metric", metrics, index=metrics.index(default_metric(metrics)), key=f"metric:{suite}"
+        "Metric",
+        metrics,
+        index=metrics.index(metric or default_metric(metrics)),
+        key=f"metric:{suite}",
     )
+    baselines = [*stored.methods, NO_BASELINE]
     baseline = bar.selectbox(
         "Baseline",
-        [*stored.methods, NO_BASELINE],
+        baselines,
+        index=baseline_index(declared, baselines),
         key=f"baseline:{suite}",
-        help="The database does not record the suite's baseline; the default is the suite's "
-        "first method.",
+        help="The default is the baseline the suite declared in its last run.",
     )
     baseline = None if baseline == NO_BASELINE else baseline
     names = sorted({f for fs in families(stored, baseline).values() for f in fs})
     chosen_families = bar.multiselect(
         "Method families", names, default=names, key=f"families:{suite}:{baseline}"
     )
-    alpha = bar.select_slider("Significance level (alpha)", ALPHAS, value=0.05, key="alpha")
+    alpha = declared.get("alpha") if declared.get("alpha") in ALPHAS else 0.05
+    alpha = bar.select_slider("Significance level (alpha)", ALPHAS, value=alpha, key="alpha")
     return Selection(
         suite,
         run_id,
@@ -179,6 +186,20 @@ def _selection(suite: str, stored: SuiteData) -> Selection:
         tuple(chosen_families),
         baseline,
         alpha,
+    )
+
+
+def declared_ranking(stored: SuiteData) -> dict[str, Any]:
+    """How the suite's last run said to rank it (older databases did not record it)."""
+    return (stored.runs[-1].ranking or {}) if stored.runs else {}
+
+
+def baseline_index(declared: dict[str, Any], baselines: list[str]) -> int:
+    """The declared baseline, "none" if the suite declared none, the first method if unknown."""
+    if not declared:
+        return 0
+    return baselines.index(
+        declared["baseline"] if declared["baseline"] in baselines else NO_BASELINE
     )
 
 

@@ -108,3 +108,12 @@ def test_mlflow_links_need_a_server_url(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
     assert mlflow_run_url("abc") == "http://mlflow:5000/#/runs/abc"
     assert mlflow_run_url(None) is None
+
+
+def test_the_declared_baseline_is_the_default() -> None:
+    from leaderboard.state import NO_BASELINE, baseline_index
+
+    options = ["adamw", "muon", NO_BASELINE]
+    assert baseline_index({"baseline": "muon", "metric": "val_loss"}, options) == 1
+    assert baseline_index({"baseline": None, "metric": "val_loss"}, options) == 2
+    assert baseline_index({}, options) == 0

@@ -63,6 +63,7 @@ class Running:
 
 def context() -> mp.context.BaseContext:
     """A fork server that has imported torch and every registry once; trials fork from it."""
+    os.environ.setdefault("TQDM_DISABLE", "1")  # read at import by the server's libraries
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["harness.runner.trial", *all_modules()])
     return ctx

@@ -7,6 +7,7 @@ evaluation. Results go back to the runner, which alone writes to the database.
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import os
 import platform
@@ -338,10 +339,21 @@ def trial_process(conn: Any, config: dict[str, Any], threads: int) -> None:
     """Entry point of a trial's process: run, stream progress, send the result."""
     die_with_parent()
     torch.set_num_threads(threads)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    quiet_libraries()
     result = run_trial(config, lambda step, total, loss: conn.send(("progress", step, total, loss)))
     conn.send(("result", result))
     conn.close()
+
+
+def quiet_libraries() -> None:
+    """Library progress bars and chatter would garble the runner's own progress display."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+    for name in ("lm_eval", "lm-eval", "datasets"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def die_with_parent() -> None:

@@ -282,7 +282,7 @@ def result_rows(trial_id: int, result: TrialResult) -> Iterator[Any]:
 
 @contextmanager
 def suite_run(
-    engine: Engine, suite: str, cadence: str, n_planned: int, ranking: dict[str, Any]
+    engine: Engine, suite: str, cadence: str, n_planned: int, ranking: dict[str, Any] | None
 ) -> Iterator[SuiteRun]:
     """Record one invocation on a suite: start, end, host, commit, how to rank, trials ran."""
     with Session(engine, expire_on_commit=False) as session, session.begin():
