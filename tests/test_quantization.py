@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 from torch import Tensor, nn
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from harness.methods.layers import blocks, linears
 from harness.methods.quantization import fake_quantize, quantize_model
 from harness.models.gpt import GPTSpec, build_gpt
 from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
 from harness.spec.schema import NormSpec, QuantizeSpec
+from tests.conftest import tiny_llama
 
 VOCAB = 40
 # Per block: q, k, v, o are 32x32, up is d_ff x 32, down is 32 x d_ff.
@@ -72,16 +72,7 @@ def test_rtn_error_is_at_most_half_a_step(bits: int, symmetric: bool, group: int
 
 
 def llama() -> nn.Module:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama(VOCAB, n_layers=2)
 
 
 BLOCK_LINEARS = {
