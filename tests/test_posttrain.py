@@ -37,6 +37,7 @@ def test_a_trained_gpt_is_pruned_then_evaluated(tmp_path: Path) -> None:
     plain, pruned = run_trial(trial_of(suite, "pre-ln")), run_trial(trial_of(suite, "pruned"))
     assert plain.status == pruned.status == "done", pruned.error
     assert pruned.final["layers_removed"] == 1 and pruned.final["layers"] == 1
+    assert pruned.final["effective_bits"] == 32.0  # fp32 weights, not quantized
     assert pruned.final["params"] < plain.final["params"]
     assert [p.metrics for p in pruned.series] == [p.metrics for p in plain.series]  # then pruned
     assert pruned.final["val_loss"] != plain.final["val_loss"]

@@ -63,5 +63,16 @@ def compress(
         metrics["effective_bits"] = quantized.effective_bits
         metrics["model_bytes"] = float(quantized.model_bytes)
     else:
+        metrics["effective_bits"] = stored_bits(model)
         metrics["model_bytes"] = float(parameter_bytes(model))
     return model, metrics
+
+
+def stored_bits(model: nn.Module) -> float:
+    """Bits per weight of the block linears as stored (their dtype), for an unquantized model."""
+    from harness.methods.layers import blocks, linears
+
+    weights = [linear.weight for block in blocks(model) for linear in linears(block)]
+    return sum(8.0 * w.element_size() * w.numel() for w in weights) / sum(
+        w.numel() for w in weights
+    )
