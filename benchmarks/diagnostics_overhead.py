@@ -18,7 +18,7 @@ import torch
 
 from harness.diagnostics import StepProbe, hidden_state_stats
 from harness.methods.layers import blocks
-from harness.runner.trial import Clock, build, evaluate, train_step
+from harness.runner.trial import Clock, build, evaluate, prepare, train_step
 from harness.spec.schema import TrialSettings
 
 SETTINGS = {
@@ -38,7 +38,8 @@ def seconds(fn: Callable[..., object], *args: object) -> float:
 def main(repeats: int) -> None:
     torch.set_num_threads(1)
     settings = TrialSettings.model_validate(SETTINGS).model_dump(mode="json")
-    trial = build({**settings, "seed": 0, "model": MODEL, "task": TASK})
+    config = {**settings, "seed": 0, "model": MODEL, "task": TASK}
+    trial = build(config, prepare(config))
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     batches = trial.task.train_batches(16, torch.Generator().manual_seed(0))
     plain, probed, probe_own, hidden = [], [], [], []
