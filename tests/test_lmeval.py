@@ -185,3 +185,15 @@ def test_smollm2_is_converted_once_to_safetensors(
     ids = first.tokenizer("To be, or not to be", return_tensors="pt").input_ids
     with torch.no_grad():
         assert torch.equal(first.model(ids).logits, again.model(ids).logits)
+
+
+def test_calibration_windows_are_spread_over_the_train_split(
+    tokenizer: PreTrainedTokenizerFast,
+) -> None:
+    from harness.tasks.lmeval import shakespeare_calibration
+
+    batches = shakespeare_calibration(ModelTokenizer(tokenizer), n_samples=12, seq_len=64)
+    windows = torch.cat(batches)
+    assert windows.shape == (12, 64)
+    assert [len(b) for b in batches] == [8, 4]
+    assert len({tuple(w.tolist()) for w in windows}) == 12
