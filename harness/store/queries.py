@@ -39,17 +39,32 @@ def unlogged_count(engine: Engine, suite: str) -> int:
         )
 
 
+OUTCOME_COLUMNS = (
+    Trial.id,
+    Trial.method,
+    Trial.model,
+    Trial.task,
+    Trial.seed,
+    Trial.status,
+    Trial.sweep,
+    Trial.key,
+)
+
+
 def stored_outcomes(
     engine: Engine, keys: Iterable[str], series_metric: str | None = None
 ) -> list[dict[str, Any]]:
     """Finished trials with their final metrics, as plain records for ranking; with
-    `series_metric`, also that metric's series as (step, train_time_s, value) by step."""
+    `series_metric`, also that metric's series as (step, train_time_s, value) by step.
+
+    Only the columns ranking needs are read (not configs or environments), so a leaderboard
+    of thousands of trials loads quickly."""
     keys = list(keys)
     records = []
     with Session(engine) as session:
         for start in range(0, len(keys), CHUNK):
-            trials = session.scalars(
-                select(Trial).where(
+            trials = session.execute(
+                select(*OUTCOME_COLUMNS).where(
                     Trial.key.in_(keys[start : start + CHUNK]),
                     Trial.status.in_(["done", "diverged", "failed", "timeout"]),
                 )
