@@ -49,9 +49,9 @@ def table(db: str, suite: str, metric: str, by: str, methods: list[str]) -> str:
         cells = [stored.get((method, task), {}).get(metric) for task in tasks]
         found = [c for c in cells if c is not None]
         by_value = next((m[by] for (k, _), m in stored.items() if k == method and by in m), None)
-        mean = f"{sum(found) / len(found):.3f}" if found else "n/a"
+        mean = f"{sum(found) / len(found):.4g}" if found else "n/a"
         shown = "n/a" if by_value is None else f"{by_value:g}"
-        row = " | ".join("n/a" if c is None else f"{c:.3f}" for c in cells)
+        row = " | ".join("n/a" if c is None else f"{c:.4g}" for c in cells)
         lines.append(f"| {method} | {shown} | {row} | {mean} |")
     return "\n".join(lines)
 
