@@ -23,6 +23,7 @@ METHODS = """
 pre-ln: {}
 pruned: {prune: {criterion: block_influence, n: 1, calibration_samples: 8}}
 quantized: {quantize: {scheme: rtn, bits: 4, group_size: 8}}
+int8: {quantize: {scheme: torchao_int8}}
 """
 
 
@@ -49,6 +50,13 @@ def test_a_trained_gpt_is_quantized_then_evaluated(tmp_path: Path) -> None:
     assert quantized.status == "done", quantized.error
     assert quantized.final["effective_bits"] == pytest.approx(4 + 16 / 8)  # one fp16 scale a group
     assert quantized.final["model_bytes"] > 0
+
+
+def test_a_fixed_layout_scheme_runs_from_a_suite(tmp_path: Path) -> None:
+    """A resolved trial spells out every default; a fixed-layout scheme must accept them."""
+    result = run_trial(trial_of(write_suite(tmp_path, METHODS), "int8"))
+    assert result.status == "done", result.error
+    assert result.final["effective_bits"] == pytest.approx(8 + 16 / 88, rel=0.1)
 
 
 def save_tiny_pretrained(folder: Path) -> Path:

@@ -76,7 +76,11 @@ def quantize_model(
 ) -> tuple[nn.Module, QuantReport]:
     """Quantize the Linear layers of `model`'s blocks in place by `spec`; return it and a report."""
     entry = QUANTIZERS.entry(spec.scheme)
-    unsupported = (LAYOUT_OPTIONS & spec.model_fields_set) - entry.meta["options"]
+    unsupported = {
+        option
+        for option in LAYOUT_OPTIONS - entry.meta["options"]
+        if getattr(spec, option) != QuantizeSpec.model_fields[option].default
+    }
     if unsupported:
         raise ValueError(
             f"quantization scheme '{spec.scheme}' has a fixed layout; drop {sorted(unsupported)}"
