@@ -238,7 +238,7 @@ def test_library_schemes_run_and_report_their_layout(
         (QuantizeSpec(scheme="torchao_int8", bits=4), "supports bits \\[8\\]"),
         (QuantizeSpec(scheme="quanto", bits=3), "supports bits \\[2, 4, 8\\]"),
         (QuantizeSpec(scheme="quanto", bits=4, group_size=16), "fixed layout"),
-        (QuantizeSpec(scheme="torchao_int8", symmetric=True), "fixed layout"),
+        (QuantizeSpec(scheme="torchao_int8", symmetric=False), "fixed layout"),
         (QuantizeSpec(scheme="rtn", bits=4, group_size=24), "does not divide"),
     ],
 )
