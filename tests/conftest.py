@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from sqlalchemy import create_engine, text
@@ -113,3 +114,17 @@ def tiny_llama(vocab_size: int, n_layers: int) -> LlamaForCausalLM:
         bos_token_id=0,
     )
     return LlamaForCausalLM(config).eval()
+
+
+def scipy_percentile_ci(values: list[float]) -> tuple[float, float]:
+    """The 95% percentile-bootstrap CI of the mean as scipy computes it (ranking's reference)."""
+    from scipy import stats
+
+    interval = stats.bootstrap(
+        (np.array(values),),
+        np.mean,
+        method="percentile",
+        n_resamples=2000,
+        rng=np.random.default_rng(0),
+    ).confidence_interval
+    return interval.low, interval.high

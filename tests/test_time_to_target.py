@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
@@ -16,7 +15,7 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.ranking import Ranking, RankRow, Target, TrialOutcome, format_ranking, rank
 from harness.store.models import Result, Trial
-from tests.conftest import write_suite
+from tests.conftest import scipy_percentile_ci, write_suite
 
 TARGET = Target("val_loss", 2.0)
 
@@ -38,24 +37,15 @@ def row_of(ranking: Ranking, method: str, task: str = "lm") -> RankRow:
     return next(r for r in ranking.rows if r.method == method and r.task == task)
 
 
-def bootstrap(values: list[float]) -> tuple[float, float]:
-    interval = stats.bootstrap(
-        (np.array(values),),
-        np.mean,
-        method="percentile",
-        n_resamples=2000,
-        rng=np.random.default_rng(0),
-    ).confidence_interval
-    return interval.low, interval.high
-
-
 def test_steps_and_time_to_target_with_cis_and_never_reaching_methods_kept() -> None:
     outcomes = runs("fast", [100, 150, 200]) + runs("slow", [300, 300, None])
     ranking = rank(outcomes + runs("stuck", [None, None, None]), "val_loss", None, target=TARGET)
     fast, slow, stuck = (row_of(ranking, m) for m in ("fast", "slow", "stuck"))
     assert (fast.n_reached, fast.steps_to_target, fast.time_to_target) == (3, 150, 15)
-    assert (fast.steps_ci_low, fast.steps_ci_high) == pytest.approx(bootstrap([100, 150, 200]))
-    assert (fast.time_ci_low, fast.time_ci_high) == pytest.approx(bootstrap([10, 15, 20]))
+    assert (fast.steps_ci_low, fast.steps_ci_high) == pytest.approx(
+        scipy_percentile_ci([100, 150, 200])
+    )
+    assert (fast.time_ci_low, fast.time_ci_high) == pytest.approx(scipy_percentile_ci([10, 15, 20]))
     assert (slow.n_reached, slow.steps_to_target, slow.steps_ci_low) == (2, 300, 300)
     assert (stuck.n_reached, stuck.steps_to_target, stuck.time_to_target) == (0, None, None)
     table = format_ranking(ranking, "table")
