@@ -2,13 +2,14 @@
 
     .venv/bin/python benchmarks/optimizer_step.py [--repeats 30]
 
-On the 8-layer gpt of the suite with one fixed Shakespeare gradient, times `optimizer.step()` of
-each method (its first sweep point; the rate does not change the cost), the methods interleaved in
-each repeat so that machine noise hits them alike. Prints the median step time, its ratio to
-AdamW's, and its share of a whole train step (forward, backward, step). The last line compares
-RMNP's row normalization with torch.optim.Muon's Newton-Schulz on the same hidden matrices (the
-cost RMNP claims to save), and times the product X X^T X of one Newton-Schulz iteration in bfloat16
-(torch.optim.Muon's precision) against float32 on this machine.
+On the 8-layer gpt of the suite with one fixed Shakespeare gradient (given to the parameters that a
+layerwise treatment trains at that step), times `optimizer.step()` of each method (its first sweep
+point; the rate does not change the cost), the methods interleaved in each repeat so that machine
+noise hits them alike. Prints the median step time, its ratio to AdamW's, and its share of a whole
+train step (forward, backward, step). The last lines compare RMNP's row normalization with
+torch.optim.Muon's Newton-Schulz on the same hidden matrices (the cost RMNP claims to save), and
+time the product X X^T X of one Newton-Schulz iteration in bfloat16 (torch.optim.Muon's precision)
+against float32 on this machine.
 """
 
 from __future__ import annotations
@@ -28,19 +29,31 @@ SUITE = Path(__file__).parent.parent / "suites" / "optimizers.yaml"
 
 
 def trials(names: list[str] | None) -> dict[str, Trial]:
-    """Each method's first planned Shakespeare trial (seed 0), with one gradient computed."""
+    """Each method's first planned Shakespeare trial (seed 0)."""
     built: dict[str, Trial] = {}
     for planned in plan_suite(load_suite(SUITE)):
         wanted = names is None or planned.method in names
         if wanted and planned.task == "shakespeare" and planned.method not in built:
-            trial = build(planned.config, prepare(planned.config))
-            batch = next(trial.task.train_batches(16, torch.Generator().manual_seed(0)))
-            trial.task.loss(trial.model, batch).backward()
-            built[planned.method] = trial
+            built[planned.method] = build(planned.config, prepare(planned.config))
     return built
 
 
-def seconds_per_step(trial: Trial) -> float:
+def full_gradient(trial: Trial) -> dict[torch.nn.Parameter, torch.Tensor]:
+    """One batch's gradient for every parameter, frozen ones included."""
+    frozen = [p for p in trial.model.parameters() if not p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(True)
+    batch = next(trial.task.train_batches(16, torch.Generator().manual_seed(0)))
+    trial.task.loss(trial.model, batch).backward()
+    for p in frozen:
+        p.requires_grad_(False)
+    return {p: p.grad.detach().clone() for p in trial.model.parameters()}
+
+
+def seconds_per_step(trial: Trial, gradient: dict[torch.nn.Parameter, torch.Tensor]) -> float:
+    """One optimizer step on the fixed gradient of the parameters its treatment trains now."""
+    for p, grad in gradient.items():
+        p.grad = grad.clone() if p.requires_grad else None
     started = time.perf_counter()
     trial.optimizer.step()
     return time.perf_counter() - started
@@ -73,10 +86,11 @@ def newton_schulz_product(dtype: torch.dtype, repeats: int) -> float:
 def main(repeats: int, names: list[str] | None) -> None:
     torch.set_num_threads(1)
     built = trials(names)
+    gradients = {name: full_gradient(trial) for name, trial in built.items()}
     times: dict[str, list[float]] = {name: [] for name in built}
     for _ in range(repeats):
         for name, trial in built.items():
-            times[name].append(seconds_per_step(trial))
+            times[name].append(seconds_per_step(trial, gradients[name]))
     medians = {name: statistics.median(found) for name, found in times.items()}
     reference = medians.get("adamw")
     train = whole_step(built["adamw"], repeats) if reference else None
