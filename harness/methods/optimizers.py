@@ -107,7 +107,8 @@ class PerParameter(torch.optim.Optimizer):
 class RMNP(PerParameter):
     """RMNP: Muon with row-wise l2 normalization of the momentum in place of Newton-Schulz.
 
-    Row Momentum Normalized Preconditioning (RMNP, 2025; github.com/Dominator-Index/RMNP). For a
+    Row Momentum Normalized Preconditioning (Deng et al., 2026, arXiv:2603.20527; the authors' code:
+    github.com/Dominator-Index/RMNP, rmnp/rmnp.py, which this matches). For a
     weight W (out x in) with gradient G: B <- mu B + G; U = G + mu B (Nesterov) or B; each row of U
     is scaled to unit l2 norm; W <- (1 - lr wd) W - lr sqrt(max(1, out/in)) U.
     """
@@ -309,7 +310,7 @@ def muon(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
 
 @OPTIMIZERS.register("rmnp", params=HybridParams)
 def rmnp(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
-    """RMNP: row-normalized momentum for hidden matrices, AdamW elsewhere (RMNP, 2025).
+    """RMNP: row-normalized momentum for hidden matrices, AdamW elsewhere (Deng et al., 2026).
 
     Nesterov momentum 0.95 by default.
     """
