@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -59,28 +60,26 @@ def seconds_per_step(trial: Trial, gradient: dict[torch.nn.Parameter, torch.Tens
     return time.perf_counter() - started
 
 
+def median_seconds(work: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 def whole_step(trial: Trial, repeats: int) -> float:
     """Median seconds of a whole train step (forward, backward, clip, step)."""
     batches = trial.task.train_batches(16, torch.Generator().manual_seed(1))
     scaler = torch.amp.GradScaler("cpu", enabled=False)
-    times = []
-    for _ in range(repeats):
-        batch = next(batches)
-        started = time.perf_counter()
-        train_step(trial, batch, scaler)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return median_seconds(lambda: train_step(trial, next(batches), scaler), repeats)
 
 
 def newton_schulz_product(dtype: torch.dtype, repeats: int) -> float:
     """Median seconds of X X^T X for a 256 x 64 matrix (an MLP weight of the suite's model)."""
     x = torch.randn(256, 64, generator=torch.Generator().manual_seed(0)).to(dtype)
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        x @ x.T @ x
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return median_seconds(lambda: x @ x.T @ x, repeats)
 
 
 def main(repeats: int, names: list[str] | None) -> None:
