@@ -31,6 +31,7 @@ class SuiteRun(Base):
     n_planned: Mapped[int] = mapped_column(Integer, default=0)
     n_ran: Mapped[int] = mapped_column(Integer, default=0)
     ranking: Mapped[dict[str, Any] | None]  # the suite's baseline and `rank` section
+    trial_keys: Mapped[list[str] | None] = mapped_column(JSON)  # keys of its planned trials
 
 
 class Trial(Base):
