@@ -5,11 +5,14 @@ from __future__ import annotations
 import re
 import typing
 from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
+from harness.spec import SuiteError, load_suite
 from harness.spec.schema import Suite
-from tests.conftest import ROOT
+from tests.conftest import ROOT, write_suite
 
 NOT_YET_READ = {
     # `regression:` thresholds are implemented by the nightly work (branch `nightly`, issue 10
@@ -50,3 +53,21 @@ def test_every_suite_field_is_read_somewhere() -> None:
         )
     ]
     assert unread == []
+
+
+def test_rank_section_names_known_metrics_and_tasks(tmp_path: Path) -> None:
+    extra = (
+        "rank: {metric: val_loss, tune_metric: val_los, aggregate: performance_profile,\n"
+        "       target: {metric: val_loss, value: {bytes: 4.0, words: 3.0}}}\n"
+    )
+    suite = write_suite(tmp_path, "pre-ln: {}", extra=extra)
+    with pytest.raises(SuiteError) as error:
+        load_suite(suite)
+    problems = "\n".join(map(str, error.value.problems))
+    assert "rank.tune_metric" in problems and "val_los" in problems
+    assert "rank.target.value.words: unknown task 'words'" in problems
+    no_target = write_suite(
+        tmp_path, "pre-ln: {}", extra="rank: {aggregate: performance_profile}\n"
+    )
+    with pytest.raises(SuiteError, match="needs a `target`"):
+        load_suite(no_target)
