@@ -158,3 +158,11 @@ def test_single_seed_groups_with_example_outcomes_get_example_level_statistics()
     assert worse.p_value == pytest.approx(stats.ttest_rel(shifted, windows).pvalue)
     assert worse.ci_low is not None and worse.ci_low < worse.mean < worse.ci_high
     assert group_table(bits).sections[0].title.endswith("(over examples)")
+    # with the bytes of each window, bits per byte is the byte-weighted mean, as the trial's
+    nbytes = rng.integers(100, 1000, 40).astype(float)
+    for name in per_window:
+        per_window[name]["bits_per_byte:weight"] = {f"w{i}": b for i, b in enumerate(nbytes)}
+    weighted = rank(bpb.values(), "bits_per_byte", "base", examples=per_window)
+    base = next(row for row in weighted.rows if row.method == "base")
+    assert base.mean == pytest.approx(np.average(windows, weights=nbytes))
+    assert base.ci_low < base.mean < base.ci_high  # type: ignore[operator]

@@ -9,6 +9,11 @@ evaluated once): their uncertainty lives in the examples, not in seeds.
 - Other metrics (bits per byte per window): the percentile bootstrap over windows, and the
   paired t-test over windows.
 
+- Ratio metrics stored with per-example weights (bits per byte: the bytes of each window, under
+  `weight_name(metric)`) are weighted means, sum(w x) / sum(w), as the trial's own value is; their
+  interval is the paired (x, w) percentile bootstrap of that ratio. The paired t-test runs on the
+  unweighted per-window differences.
+
 `ExampleOutcomes` is what `harness.store.queries.example_outcomes` returns: trial key -> metric
 -> example id -> value.
 """
@@ -22,6 +27,12 @@ import numpy as np
 from harness.ranking.stats import CONFIDENCE_LEVEL, bootstrap_ci, paired_test
 
 ExampleOutcomes = Mapping[str, Mapping[str, Mapping[str, float]]]
+
+
+def weight_name(metric: str) -> str:
+    """Where the per-example weights of a ratio metric are stored (as `harness.tasks.base` of
+    the evaluation-only work names them)."""
+    return f"{metric}:weight"
 
 
 def example_matrix(
@@ -79,10 +90,47 @@ def mcnemar_test(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return p, mean_diff
 
 
-def example_ci(values: np.ndarray, n_resamples: int) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson intervals for 0/1 outcomes, else percentile-bootstrap intervals over examples."""
+def weighted_means(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """sum(w x) / sum(w) of each row over its non-missing examples."""
+    kept = ~np.isnan(values) & ~np.isnan(weights)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(kept, values * weights, 0).sum(-1) / np.where(kept, weights, 0).sum(-1)
+
+
+def weighted_bootstrap_ci(
+    values: np.ndarray, weights: np.ndarray, n_resamples: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile-bootstrap 95% intervals of each row's weighted mean, resampling (x, w) pairs."""
+    from scipy import stats
+
+    low, high = np.full(len(values), np.nan), np.full(len(values), np.nan)
+    for i, (x, w) in enumerate(zip(values, weights, strict=True)):
+        kept = ~np.isnan(x) & ~np.isnan(w)
+        if kept.sum() < 2:
+            continue
+        result = stats.bootstrap(
+            (x[kept], w[kept]),
+            lambda x, w, axis: np.sum(x * w, axis=axis) / np.sum(w, axis=axis),
+            paired=True,
+            vectorized=True,
+            method="percentile",
+            confidence_level=CONFIDENCE_LEVEL,
+            n_resamples=n_resamples,
+            rng=np.random.default_rng(0),
+        )
+        low[i], high[i] = result.confidence_interval.low, result.confidence_interval.high
+    return low, high
+
+
+def example_ci(
+    values: np.ndarray, weights: np.ndarray | None, n_resamples: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson intervals for 0/1 outcomes, else percentile-bootstrap intervals over examples (of
+    the weighted mean when there are weights)."""
     if is_binary(values):
         return wilson_ci(values)
+    if weights is not None:
+        return weighted_bootstrap_ci(values, weights, n_resamples)
     return bootstrap_ci(values, n_resamples, "percentile")
 
 

@@ -25,6 +25,8 @@ from harness.ranking.examples import (
     example_matrix,
     example_test,
     is_binary,
+    weight_name,
+    weighted_means,
 )
 from harness.ranking.outcomes import Direction, TrialOutcome, failure_label, metric_value
 from harness.ranking.records import RankRow, Unit, Verdict
@@ -60,6 +62,7 @@ class Group:
     times: np.ndarray | None
     unit: Unit = "seeds"
     binary: bool = False
+    weights: np.ndarray | None = None  # per-example weights of a ratio metric (examples only)
 
     def test(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.unit == "examples":
@@ -134,6 +137,9 @@ def _by_example(
     matrix = example_matrix(keys, examples, metric)
     if matrix is None:
         return None
+    weights = example_matrix(keys, examples, weight_name(metric))
+    if weights is not None and weights.shape != matrix.shape:
+        weights = None
     failed_rows = np.array([key is None for key in keys])[:, None] & np.ones_like(matrix, bool)
     present = np.ones_like(matrix, dtype=bool)
     return Group(
@@ -150,6 +156,7 @@ def _by_example(
         group.times,
         unit="examples",
         binary=is_binary(matrix),
+        weights=weights,
     )
 
 
@@ -158,9 +165,16 @@ def _sign(x: np.ndarray, direction: Direction) -> np.ndarray:
     return np.nan_to_num(np.sign(-x if direction == "min" else x))
 
 
+def group_means(group: Group) -> np.ndarray:
+    """Each method's mean over its columns (weighted for a ratio metric over examples)."""
+    if group.weights is not None:
+        return weighted_means(group.values, group.weights)
+    return row_means(group.values)
+
+
 def effective_means(group: Group) -> np.ndarray:
     """Means for comparisons: a method with a failed column is infinitely bad."""
-    return np.where(group.failed.any(axis=1), np.nan, row_means(group.values))
+    return np.where(group.failed.any(axis=1), np.nan, group_means(group))
 
 
 def compare(
@@ -260,10 +274,10 @@ def group_rows(
 ) -> list[RankRow]:
     """The rows of one group, best first."""
     any_failed = group.failed.any(axis=1)
-    means = np.where(any_failed, np.nan, row_means(group.values))
+    means = np.where(any_failed, np.nan, group_means(group))
     stds = np.where(any_failed, np.nan, row_stds(group.values))
     if group.unit == "examples":
-        low, high = example_ci(group.values, n_bootstrap)
+        low, high = example_ci(group.values, group.weights, n_bootstrap)
     else:
         low, high = mean_ci(group.values, ci, n_bootstrap)
     low, high = np.where(any_failed, np.nan, low), np.where(any_failed, np.nan, high)
