@@ -230,15 +230,17 @@ def baseline_tests(
     p[tested] = holm(p[tested])
     verdicts: list[Verdict | None] = []
     decided: list[str | None] = []
-    needed: list[int | None] = []
-    diffs = group.values - group.values[b]
     for k in range(m):
         verdict, how = _verdict(k == b, decisive[k], by_failure[k], p[k], by_diff[k], alpha)
         verdicts.append(verdict)
         decided.append(how)
-        needed.append(
-            _needed(diffs[k], alpha) if verdict == "tie" and group.unit == "seeds" else None
-        )
+    ties = np.array([v == "tie" for v in verdicts]) & (group.unit == "seeds")
+    diffs = group.values - group.values[b]
+    counts = (~np.isnan(diffs)).sum(axis=1)
+    sizes = seeds_needed(
+        row_means(diffs), np.where(ties & (counts >= 2), row_stds(diffs), np.nan), alpha
+    )
+    needed = [int(x) if np.isfinite(x) else None for x in sizes]
     return BaselineTests(p, verdicts, decided, needed)
 
 
@@ -254,13 +256,6 @@ def _verdict(
     if p >= alpha:
         return "tie", "test"
     return ("better" if sign > 0 else "worse"), "test"
-
-
-def _needed(diffs: np.ndarray, alpha: float) -> int | None:
-    finite = diffs[~np.isnan(diffs)]
-    if finite.size < 2:
-        return None
-    return seeds_needed(float(finite.mean()), float(finite.std(ddof=1)), alpha)
 
 
 def group_rows(

@@ -28,7 +28,7 @@ BOOTSTRAP_MIN_N = 10
 BOOTSTRAP_BATCH_FLOATS = 2_000_000
 """Largest number of floats one bootstrap batch resamples at once (keeps memory near 16 MB)."""
 POWER = 0.8
-MAX_SEEDS = 100_000
+MAX_SEEDS = 10_000
 """`seeds_needed` gives up (None) beyond this."""
 
 
@@ -98,9 +98,12 @@ def t_ci(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     n = (~np.isnan(values)).sum(axis=-1)
     means = row_means(values)
+    sizes = np.unique(n[n >= 2])
+    quantile = np.full(n.shape, np.nan)
+    for size, q in zip(sizes, stats.t.ppf((1 + CONFIDENCE_LEVEL) / 2, sizes - 1), strict=True):
+        quantile[n == size] = q  # one ppf per sample size: the t quantile is slow to invert
     with np.errstate(invalid="ignore", divide="ignore"):
-        half = stats.t.ppf((1 + CONFIDENCE_LEVEL) / 2, n - 1) * row_stds(values) / np.sqrt(n)
-    half = np.where(n >= 2, half, np.nan)
+        half = quantile * row_stds(values) / np.sqrt(n)
     return means - half, means + half
 
 
@@ -158,32 +161,39 @@ def median_ci(values: np.ndarray) -> tuple[float, float, float]:
     return median, float(interval.low), float(interval.high)
 
 
-def seeds_needed(
-    mean_diff: float, sd_diff: float, alpha: float, power: float = POWER
-) -> int | None:
-    """Seeds a two-sided paired t-test at `alpha` needs to detect `mean_diff` with `power`,
-    given the sd of the paired differences; None when there is no effect to detect or more than
-    `MAX_SEEDS` would be needed."""
+def paired_power(effect: np.ndarray, n: np.ndarray, alpha: float) -> np.ndarray:
+    """Power of a two-sided paired t-test at `alpha` with n pairs for a standardized effect
+    (mean / sd of the differences): the noncentral t (Cohen, 1988, ch. 2). Where scipy's
+    noncentral t gives NaN (large n and noncentrality) its normal limit is used."""
     from scipy import stats
 
-    if not (np.isfinite(mean_diff) and np.isfinite(sd_diff)) or mean_diff == 0 or sd_diff <= 0:
-        return None
-    effect = abs(mean_diff) / sd_diff
+    critical = stats.t.ppf(1 - alpha / 2, n - 1)
+    noncentrality = effect * np.sqrt(n)
+    exact = stats.nct.sf(critical, n - 1, noncentrality) + stats.nct.cdf(
+        -critical, n - 1, noncentrality
+    )
+    normal = stats.norm.sf(critical - noncentrality) + stats.norm.cdf(-critical - noncentrality)
+    return np.where(np.isnan(exact), normal, exact)
 
-    def achieved(n: int) -> float:
-        critical = stats.t.ppf(1 - alpha / 2, n - 1)
-        noncentrality = effect * np.sqrt(n)
-        return float(
-            stats.nct.sf(critical, n - 1, noncentrality)
-            + stats.nct.cdf(-critical, n - 1, noncentrality)
-        )
 
-    low, high = 2, 2
-    while achieved(high) < power:
-        if high >= MAX_SEEDS:
-            return None
-        low, high = high, min(2 * high, MAX_SEEDS)
-    while low < high:  # power grows with n: the smallest n with enough of it
+def seeds_needed(
+    mean_diff: np.ndarray | float, sd_diff: np.ndarray | float, alpha: float, power: float = POWER
+) -> np.ndarray:
+    """Seeds a two-sided paired t-test at `alpha` needs to detect each `mean_diff` with `power`,
+    given the sd of the paired differences (vectorised). NaN where there is no effect to detect
+    or more than `MAX_SEEDS` would be needed."""
+    mean_diff, sd_diff = np.broadcast_arrays(np.atleast_1d(mean_diff), np.atleast_1d(sd_diff))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        effect = np.abs(mean_diff) / sd_diff
+    needed = np.full(effect.shape, np.nan)
+    todo = np.flatnonzero(np.isfinite(effect) & (effect > 0) & (sd_diff > 0))
+    # power grows with n: the smallest n that has enough, by bisection over every row at once
+    low, high = np.full(todo.size, 2), np.full(todo.size, MAX_SEEDS)
+    reachable = paired_power(effect[todo], high, alpha) >= power
+    todo, low, high = todo[reachable], low[reachable], high[reachable]
+    while (low < high).any():
         middle = (low + high) // 2
-        low, high = (low, middle) if achieved(middle) >= power else (middle + 1, high)
-    return high
+        enough = paired_power(effect[todo], middle, alpha) >= power
+        low, high = np.where(enough, low, middle + 1), np.where(enough, middle, high)
+    needed[todo] = high
+    return needed
