@@ -118,9 +118,10 @@ def _warnings(
             f"{ci} intervals from fewer than {BOOTSTRAP_MIN_N} seeds cover the mean far less "
             "than 95% of the time; use rank.ci: t"
         )
-    if tuning == "per_seed" and any(o.sweep for o in outcomes):
+    swept = any(size > 1 for size in sweep_sizes(outcomes).values())
+    if tuning == "per_seed" and swept:
         found.append("per_seed tuning picks each seed's best sweep point: optimistic")
-    if tune_metric == metric and any(o.sweep for o in outcomes):
+    if tune_metric == metric and swept:
         found.append(
             f"sweep points are chosen on {metric}, the reported metric; set rank.tune_metric "
             "to a held-out one"
