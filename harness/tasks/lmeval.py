@@ -254,6 +254,12 @@ class PerplexityTask(EvalTask):
             split: corpus_split_tokens(spec.corpus, split, tokenizer, spec.split_seed, fractions)
             for split in ("val", "test")
         }
+        for split, tokens in self.tokens.items():
+            if len(tokens) <= spec.seq_len:
+                raise ValueError(
+                    f"the {split} split of corpus '{spec.corpus}' has {len(tokens)} tokens, "
+                    f"fewer than seq_len + 1 = {spec.seq_len + 1}"
+                )
 
     @staticmethod
     def fingerprint(spec: PerplexityTaskSpec) -> str:
