@@ -14,8 +14,9 @@ from scipy import stats
 
 from benchmarks.fake_results import fake_result, planned, store
 from harness.ranking import Ranking, TrialOutcome, format_ranking, group_table, rank, tables
-from harness.ranking.examples import mcnemar_test, wilson_ci
+from harness.ranking.examples import mcnemar_test, weight_name, wilson_ci
 from harness.store.db import make_engine, upgrade
+from harness.tasks.base import weight_name as task_weight_name
 from leaderboard.tables import MARKS, rows_frame, summary_frame
 from tests.conftest import ROOT
 
@@ -159,6 +160,7 @@ def test_single_seed_groups_with_example_outcomes_get_example_level_statistics()
     assert worse.ci_low is not None and worse.ci_low < worse.mean < worse.ci_high
     assert group_table(bits).sections[0].title.endswith("(over examples)")
     # with the bytes of each window, bits per byte is the byte-weighted mean, as the trial's
+    assert weight_name("bits_per_byte") == task_weight_name("bits_per_byte")
     nbytes = rng.integers(100, 1000, 40).astype(float)
     for name in per_window:
         per_window[name]["bits_per_byte:weight"] = {f"w{i}": b for i, b in enumerate(nbytes)}

@@ -14,7 +14,7 @@ from harness.ranking.outcomes import Target, TrialOutcome, each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
 from harness.spec.schema import RankSpec, Suite
-from harness.store.queries import recorded_plan, stored_outcomes, suite_keys
+from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -63,17 +63,12 @@ def plan_outcomes(engine: Engine, plan: RankPlan) -> list[TrialOutcome]:
     return [TrialOutcome(**record) for record in records]
 
 
-def example_outcomes(engine: Engine, keys: list[str]) -> ExampleOutcomes | None:
-    """Per-example outcomes of the trials, where the store keeps them."""
-    from harness.store import queries
-
-    reader: Callable[..., ExampleOutcomes] | None = getattr(queries, "example_outcomes", None)
-    if reader is None:
-        return None
+def stored_examples(engine: Engine, keys: list[str]) -> ExampleOutcomes | None:
+    """Per-example outcomes of the trials (evaluation-only tasks store them); None if none."""
     from sqlalchemy.orm import Session
 
     with Session(engine) as session:
-        return reader(session, keys) or None
+        return example_outcomes(session, keys) or None
 
 
 UNSET: Any = object()
@@ -108,7 +103,7 @@ def rank_suite(
         outcomes = each_point(outcomes)
         chosen = chosen if any(o.method == chosen for o in outcomes) else None
     if examples is UNSET:
-        examples = example_outcomes(engine, [o.key for o in outcomes])
+        examples = stored_examples(engine, [o.key for o in outcomes])
     target = spec.target
     ranking = rank(
         outcomes,
