@@ -147,13 +147,13 @@ def run(
         f"{suite.suite}: {len(trials)} trials, {len(trials) - len(todo)} stored, {len(todo)} to run"
     )
     keys = [t.key for t in planned]
-    if todo or plan_changed(engine, suite.suite, keys):
+    ranking = {"baseline": suite.baseline, **suite.rank.model_dump(mode="json")}
+    if todo:
         from harness.runner.local import run_local
 
         if uses_hub_models(suite):
             offline_unless_hub_reachable()
 
-        ranking = {"baseline": suite.baseline, **suite.rank.model_dump(mode="json")}
         with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking, keys) as record:
             ledger = StoreLedger(
                 engine,
@@ -165,8 +165,11 @@ def run(
                 else None,
             )
             with RichProgress(len(todo)) as progress:
-                results = run_local(todo, ledger, workers, progress) if todo else []
+                results = run_local(todo, ledger, workers, progress)
             record.n_ran = len(results)
+    elif plan_changed(engine, suite.suite, keys):  # e.g. back to an older config: record it
+        with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking, keys):
+            pass
     print_ranking(build_ranking(suite, engine))
     final = trial_statuses(engine, [t.key for t in trials])
     if any(status in FAILED for status in final.values()):
