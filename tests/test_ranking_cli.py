@@ -5,14 +5,23 @@ the leaderboard shows what the CLI shows."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
+from typer.testing import CliRunner
 
+from benchmarks.fake_results import fake_result, store
+from harness.cli import app
+from harness.ranking.suite import rank_suite
+from harness.runner.plan import plan_suite
+from harness.spec import load_suite
+from harness.store.db import make_engine, suite_run, upgrade
 from tests.conftest import ROOT, write_suite
 
 SANE_ABSURD = """
@@ -89,3 +98,33 @@ def test_sane_beats_absurd_and_only_current_trials_are_ranked_everywhere(tmp_pat
             expected = [row[groups["header"].index(column)] for row in cells]
             assert list(shown[column]) == expected, column
     assert list(shown["n"]) == [row["n"] for row in current["rows"]]
+
+
+def test_a_reverted_config_is_the_current_plan_again_without_rerunning(tmp_path: Path) -> None:
+    """Config A stored, then config B stored; `run` of A again runs nothing and records A's plan,
+    so the suite's recorded ranking (the leaderboard's) ranks A's trials, not B's."""
+    database = make_engine(os.environ["LAYERBENCH_DB"])
+    upgrade(database)
+    rng = np.random.default_rng(0)
+    suite = write_suite(tmp_path, "pre-ln: {}\npost-ln: {norm: {placement: post}}")
+    first = plan_suite(load_suite(suite))
+    store(database, [(t, fake_result("done", 1.5 + t.seed / 10, rng)) for t in first])
+    suite.write_text(suite.read_text().replace("placement: post", "placement: peri"))
+    second = plan_suite(load_suite(suite))
+    new = [t for t in second if t not in first]
+    store(database, [(t, fake_result("done", 1.4 + t.seed / 10, rng)) for t in new])
+    with suite_run(database, "tiny", "manual", len(second), None, [t.key for t in second]):
+        pass  # as `run` records its whole plan
+    assert {t.key for t in first} != {t.key for t in second}
+    by_name = rank_suite(database, "tiny")
+    assert by_name is not None
+    ranked = {t["key"] for row in by_name.rows for t in row.trials}
+    assert ranked == {t.key for t in second}
+
+    suite.write_text(suite.read_text().replace("placement: peri", "placement: post"))
+    result = CliRunner().invoke(app, ["run", str(suite), "--no-mlflow"])
+    assert result.exit_code == 0, result.output
+    assert "0 to run" in result.output
+    again = rank_suite(database, "tiny")
+    assert again is not None
+    assert {t["key"] for row in again.rows for t in row.trials} == {t.key for t in first}
