@@ -49,10 +49,9 @@ def recorded(engine: Engine, suite: str) -> RankPlan:
     found = recorded_plan(engine, suite)
     ranking, keys = found if found else ({}, None)
     spec = RankSpec.model_validate({k: v for k, v in ranking.items() if k != "baseline"})
+    warnings: tuple[str, ...] = ()
     if keys is None:
         keys, warnings = suite_keys(engine, suite), (SUPERSEDED_UNKNOWN,)
-    else:
-        warnings = ()
     return RankPlan(suite, keys, ranking.get("baseline"), spec, warnings)
 
 
