@@ -476,7 +476,9 @@ def nightly(
     args = NightlyArgs(
         suites_dir, cadence, db, workers, host_class, reports, notify, skip_existing, not no_mlflow
     )
-    raise typer.Exit(run_nightly(args, stop_on_signals()))
+    with stop_on_signals() as stop:
+        code = run_nightly(args, stop)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -504,17 +506,17 @@ def schedule(
     args = NightlyArgs(
         suites_dir, cadence, db, workers, host_class, reports, notify, True, not no_mlflow
     )
-    stop = stop_on_signals()
-
-    def job() -> None:
-        try:
-            code = run_nightly(args, stop)
-        except typer.Exit as error:
-            code = error.exit_code
-        console.print(f"nightly run finished with exit code {code}")
-
     console.print(f"scheduled `layerbench nightly {suites_dir}` at '{cron}' (UTC)")
-    run_schedule(cron, job, stop, run_now=now)
+    with stop_on_signals() as stop:
+
+        def job() -> None:
+            try:
+                code = run_nightly(args, stop)
+            except typer.Exit as error:
+                code = error.exit_code
+            console.print(f"nightly run finished with exit code {code}")
+
+        run_schedule(cron, job, stop, run_now=now)
     console.print("schedule stopped")
 
 

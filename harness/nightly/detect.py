@@ -7,7 +7,8 @@ nightly runs on the same host class. A change is *flagged* when all of these hol
    absolute in the metric's units);
 2. it is significant against the previous baseline run, paired by seed: a two-sided paired t-test
    (Student 1908; `scipy.stats.ttest_rel`) gives p < the suite's alpha, and the mean paired
-   difference points the same way as the change (constant differences: p = 0, or 1 if all zero);
+   difference points the same way as the change (differences equal up to rounding: p = 0, or 1
+   if they are all zero);
 3. it lies outside the window's mean +- z sigma, sigma the standard deviation of the window runs'
    means (Conbench's lookback z-score; z = inf when the window has no spread and the change is
    not zero).
@@ -128,7 +129,8 @@ def paired_p(
         return None, None
     diff = np.array([new[s] - old[s] for s in seeds])
     mean_diff = float(diff.mean())
-    if np.all(diff == diff[0]):
+    scale = max(float(np.abs(diff).max()), np.finfo(float).tiny)
+    if np.ptp(diff) <= 1e-9 * scale:  # equal up to rounding: no spread to test against
         return (1.0 if mean_diff == 0.0 else 0.0), mean_diff
     result = stats.ttest_rel([new[s] for s in seeds], [old[s] for s in seeds])
     return float(result.pvalue), mean_diff

@@ -114,7 +114,7 @@ def run_suite(
     planned = [replace(trial, key=nightly_key(trial.key, run.id)) for trial in trials]
     execute(planned, StoreLedger(engine, run.id, on_finish=on_finish), stop)
     outcome.interrupted = stop.is_set()
-    end_nightly_run(engine, run.id, "interrupted" if outcome.interrupted else "done")
+    run = end_nightly_run(engine, run.id, "interrupted" if outcome.interrupted else "done")
     outcome.run, outcome.statuses = run, run_status_counts(engine, run.id)
     if not outcome.interrupted:
         outcome.alerts = add_alerts(engine, detect_run(engine, suite, run))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from croniter import croniter
@@ -40,12 +41,17 @@ def next_time(expression: str, moment: datetime) -> datetime:
     return croniter(expression, moment).get_next(datetime)
 
 
-def stop_on_signals() -> threading.Event:
-    """An event that SIGTERM and SIGINT set (in the main thread)."""
+@contextmanager
+def stop_on_signals() -> Iterator[threading.Event]:
+    """An event that SIGTERM and SIGINT set while the block runs (in the main thread)."""
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    return stop
+    signals = (signal.SIGTERM, signal.SIGINT)
+    previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in signals}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def run_schedule(

@@ -58,9 +58,9 @@ def start_nightly_run(
     return run
 
 
-def end_nightly_run(engine: Engine, run_id: int, status: str) -> None:
+def end_nightly_run(engine: Engine, run_id: int, status: str) -> SuiteRun:
     """Record the end of a nightly run: `done`, or `interrupted` (it can be resumed)."""
-    with Session(engine) as session, session.begin():
+    with Session(engine, expire_on_commit=False) as session, session.begin():
         n_ran = session.scalar(
             select(func.count()).where(Trial.suite_run_id == run_id, Trial.status != "pending")
         )
@@ -69,6 +69,7 @@ def end_nightly_run(engine: Engine, run_id: int, status: str) -> None:
             .where(SuiteRun.id == run_id)
             .values(ended_at=now(), status=status, n_ran=n_ran)
         )
+        return session.get_one(SuiteRun, run_id, populate_existing=True)
 
 
 def _nightly(suite: str) -> Any:
