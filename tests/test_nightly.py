@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -180,7 +181,8 @@ def test_detection_statistics_on_plain_values() -> None:
     key = ("m", "gpt", "t", "val_loss")
 
     def run(run_id: int, values: list[float]) -> RunValues:
-        return RunValues(run_id, f"c{run_id}", {"torch": "2.13.0"}, {key: dict(enumerate(values))}, {})
+        packages = {"torch": "2.13.0"}
+        return RunValues(run_id, f"c{run_id}", packages, {key: dict(enumerate(values))}, {})
 
     history = [run(1, [1.00, 1.02, 0.98]), run(2, [1.01, 1.03, 0.99])]
     rules = RegressionSpec(tolerance=0.05, tolerance_kind="absolute", z=4, confirm=1)
@@ -209,7 +211,7 @@ def test_t_interval_matches_the_textbook_formula() -> None:
 
 
 class Hook(BaseHTTPRequestHandler):
-    received: list[dict] = []
+    received: ClassVar[list[dict]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -259,7 +261,8 @@ def test_alerts_are_listed_and_acknowledged(engine: Engine, suite_path: Path) ->
     (alert,) = outcome.alerts
     runner = CliRunner()
     listed = runner.invoke(cli, ["alerts"])
-    assert listed.exit_code == 0 and f"#{alert.id}" in listed.output and "suspected" in listed.output
+    assert listed.exit_code == 0
+    assert f"#{alert.id}" in listed.output and "suspected" in listed.output
     assert runner.invoke(cli, ["alerts", "--ack", str(alert.id)]).exit_code == 0
     assert "no alerts to acknowledge" in runner.invoke(cli, ["alerts"]).output
     assert "(acknowledged)" in runner.invoke(cli, ["alerts", "--all"]).output

@@ -125,7 +125,9 @@ def changes(record: dict[str, Any]) -> str:
     if before != after:
         parts.append(f"commit {(before or 'unknown')[:12]} -> {(after or 'unknown')[:12]}")
     parts += [f"{name} {old} -> {new}" for name, (old, new) in record["packages_changed"].items()]
-    return f"\n  - changed: {'; '.join(parts)}" if parts else "\n  - no commit or package version changed"
+    if not parts:
+        return "\n  - no commit or package version changed"
+    return f"\n  - changed: {'; '.join(parts)}"
 
 
 def summary_line(summary: dict[str, Any]) -> str:
