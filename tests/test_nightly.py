@@ -30,7 +30,12 @@ from harness.runner.results import Status
 from harness.spec import load_suite
 from harness.spec.schema import RegressionSpec
 from harness.store.db import StoreLedger, open_database
-from harness.store.nightly import finished_nightly_runs, latest_results, stored_alerts
+from harness.store.nightly import (
+    acknowledge,
+    finished_nightly_runs,
+    latest_results,
+    stored_alerts,
+)
 
 SUITE = """\
 suite: tiny
@@ -86,6 +91,15 @@ def steady(shift: dict[str, float] | None = None, noise: float = 0.0, rng_seed: 
         return "done", loss + float(rng.normal(0.0, noise))
 
     return values
+
+
+def nightly_history(engine: Engine, path: Path) -> list[SuiteOutcome]:
+    """Four nights: b gets 0.3 worse on the third (suspected, then acknowledged) and the fourth
+    confirms it (regression); the leaderboard's History tests read them."""
+    nights = [night(engine, path, steady()) for _ in range(2)]
+    nights += [night(engine, path, steady({"b": 0.3})) for _ in range(2)]
+    acknowledge(engine, nights[2].alerts[0].id)
+    return nights
 
 
 def kinds(outcome: SuiteOutcome) -> list[tuple[str, str]]:
