@@ -1,14 +1,14 @@
 """nightly runs: kind, status, host class and environment of a suite run; the alerts table
 
-Revision ID: 0003_nightly_alerts
-Revises: 0002
+Revision ID: 0004_nightly_alerts
+Revises: 0003_example_outcomes
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003_nightly_alerts"
-down_revision = "0002"
+revision = "0004_nightly_alerts"
+down_revision = "0003_example_outcomes"
 
 
 def upgrade() -> None:
