@@ -544,7 +544,7 @@ def alerts(
         console.print("no alerts" if show_all else "no alerts to acknowledge")
     for a in rows:
         change = "" if a.delta is None else f" {a.old_mean:.4g} -> {a.new_mean:.4g}"
-        z = "inf" if a.z is None else f"{a.z:.3g}"
+        z = a.detail.get("z", "n/a") if a.z is None else f"{a.z:.3g}"  # +-inf: no spread
         extra = "" if a.p_value is None else f" p={a.p_value:.3g} z={z}"
         line = (
             f"#{a.id:<4} run #{a.suite_run_id:<4} {a.kind:<11} {a.direction:<6} {a.suite}/"

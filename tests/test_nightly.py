@@ -178,8 +178,8 @@ def test_twenty_nights_of_an_unchanged_noisy_suite_raise_no_confirmed_regression
     # The test means something: night-to-night changes beyond the tolerance did happen.
     means = {m: [] for m in BASE}
     rng_values = [steady(noise=noise, rng_seed=i) for i in range(20)]
+    trials = plan_suite(load_suite(suite_path))
     for values in rng_values:
-        trials = plan_suite(load_suite(suite_path))
         for method in BASE:
             means[method].append(np.mean([values(t)[1] for t in trials if t.method == method]))
     for series in means.values():
