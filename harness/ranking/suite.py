@@ -49,7 +49,8 @@ def recorded(engine: Engine, suite: str) -> RankPlan:
     """The plan the suite's latest run recorded (every stored trial if no run recorded one)."""
     found = recorded_plan(engine, suite)
     ranking, keys = found if found else ({}, None)
-    spec = RankSpec.model_validate({k: v for k, v in ranking.items() if k != "baseline"})
+    # fields of the `rank` section this version knows (a run of another version may differ)
+    spec = RankSpec.model_validate({k: v for k, v in ranking.items() if k in RankSpec.model_fields})
     warnings: tuple[str, ...] = ()
     if keys is None:
         keys, warnings = suite_keys(engine, suite), (SUPERSEDED_UNKNOWN,)
