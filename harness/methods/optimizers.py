@@ -360,8 +360,13 @@ class ScionParams(ParamsModel):
 def scion(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """Scion: momentum, then each layer type's norm-constrained LMO (Pethick et al., 2025).
 
-    ColNorm for input embeddings, Sign for the head, Spectral for matrices, RMS for vectors;
-    momentum 0.9 by default. Constrained by default (its own decay); weight_decay acts only
+    The authors' shallow nanoGPT example, "Mixed" mode (github.com/LIONS-EPFL/scion,
+    examples/shallow-nanogpt/model.py, `configure_optimizers`): ColNorm for the input
+    embeddings, Sign for the head, Spectral (`norm_kwargs` {}: normalized, max=False) for the
+    matrices in the blocks, and `optimizer.init()` so every such weight starts on its norm ball
+    (`scion_init`). Vectors (norms, biases) get the RMS LMO and keep the model's init: the
+    authors' model has parameter-free norms, and Scion's BiasRMS init would zero the gains.
+    Momentum 0.9 by default. Constrained by default (its own decay); weight_decay acts only
     when unconstrained.
     """
     from pytorch_optimizer import SCION
@@ -369,6 +374,7 @@ def scion(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
 
     params, layers = method_params(spec, ScionParams), model_layers(model)
     outer = {id(p) for p in layers.embeddings + layers.head}
+    inner = [p for p in trainable(model) if id(p) not in outer]
     groups = [
         {
             "params": layers.embeddings,
@@ -378,18 +384,39 @@ def scion(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
         },
         {"params": layers.head, "norm_type": LMONorm.SIGN, "scale": params.head_scale},
         {
-            "params": [p for p in trainable(model) if id(p) not in outer],
-            "norm_type": LMONorm.AUTO,
+            "params": [p for p in inner if p.ndim >= 2],
+            "norm_type": LMONorm.SPECTRAL,
+            "scale": params.hidden_scale,
+        },
+        {
+            "params": [p for p in inner if p.ndim < 2],
+            "norm_type": LMONorm.BIAS,
             "scale": params.hidden_scale,
         },
     ]
-    return SCION(
+    optimizer = SCION(
         [group for group in groups if group["params"]],
         lr=spec.lr,
         momentum=1 - momentum_of(spec, 0.9, False)[0],
         constraint=not params.unconstrained,
         weight_decay=spec.weight_decay,
     )
+    scion_init(optimizer)
+    return optimizer
+
+
+@torch.no_grad()
+def scion_init(optimizer: torch.optim.Optimizer) -> None:
+    """`SCION.init()` (each weight set to its LMO norm's init times the group's radius) for the
+    matrix groups only; the vector (BIAS) group keeps the model's init."""
+    from pytorch_optimizer.optimizer.scion import LMONorm, build_lmo_norm
+
+    for group in optimizer.param_groups:
+        if group["norm_type"] == LMONorm.BIAS:
+            continue
+        norm = build_lmo_norm(group["norm_type"], **group["norm_kwargs"])
+        for p in group["params"]:
+            p.copy_(norm.init(p)).mul_(group["scale"])
 
 
 def warmup(step: int, warmup_steps: int) -> float:
