@@ -12,7 +12,7 @@ from torch import nn
 from harness.methods.optimizers import make_optimizer
 from harness.methods.param_roles import model_layers
 from harness.models.gpt import GPTSpec, build_gpt
-from harness.registry import SCHEDULES
+from harness.registry import LAYERWISE, SCHEDULES
 from harness.spec import SuiteError, load_suite
 from harness.spec.schema import NormSpec, OptimizerSpec
 from tests.conftest import write_suite
@@ -159,6 +159,12 @@ def test_llr_trains_embeddings_and_head_at_the_max_ratio_and_norms_at_one() -> N
             assert applied_ratio(before[id(p)], p.detach(), grads[id(p)], 10.0) == (
                 pytest.approx(1.0, rel=1e-3)
             )
+
+
+def test_smooth_stays_absent_until_its_operator_is_defined() -> None:
+    """SPEC 5.4's `smooth` (depth-wise gradient smoothing) has no definition we could check."""
+    assert "smooth" not in LAYERWISE.names()
+    assert {"lr_depth", "llr", "lisa", "drop", "wd_scale"} <= set(LAYERWISE.names())
 
 
 def test_lr_depth_decays_the_rate_from_the_head_down() -> None:
