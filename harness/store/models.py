@@ -105,3 +105,17 @@ class LayerStatistic(Base):
     layer: Mapped[int]
     name: Mapped[str] = mapped_column(String(100))
     value: Mapped[float | None] = mapped_column(Float)
+
+
+class ExampleOutcome(Base):
+    """A per-example outcome of an evaluation-only trial: 0/1 for an accuracy, bits per byte
+    of a window (its bytes under `<metric>:weight`), lm-eval's per-sample values."""
+
+    __tablename__ = "example_outcomes"
+
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True
+    )
+    metric: Mapped[str] = mapped_column(String(100), primary_key=True)
+    example_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float)
