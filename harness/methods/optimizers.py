@@ -336,7 +336,9 @@ class Muon(torch.optim.Muon):
     override of `step`.
     """
 
-    def __init__(self, params: Iterable[nn.Parameter], ns_dtype: torch.dtype, **kwargs: Any):
+    def __init__(
+        self, params: Iterable[nn.Parameter], ns_dtype: torch.dtype, **kwargs: Any
+    ) -> None:
         super().__init__(params, **kwargs)
         self.ns_dtype = ns_dtype
 
