@@ -1,11 +1,15 @@
-"""How long the Leaderboard page takes to render on a database of 5,000 trials.
+"""How long ranking and the Leaderboard page take on a database of 100,000 trials.
 
-    .venv/bin/python -m benchmarks.leaderboard [--repeats 5] [--db /tmp/leaderboard-bench.db]
+    .venv/bin/python -m benchmarks.leaderboard [--repeats 5] [--seeds 1000] [--db PATH]
 
-Generates the database once (20 methods x 5 tasks x 50 seeds, with diverged and failed trials,
-series and layer statistics), then measures, as medians over the repeats:
+Generates the database once and caches it (default `/tmp/leaderboard-bench-<trials>.db`): 20
+methods x 5 tasks x `--seeds` seeds, with diverged and failed trials, series and layer statistics,
+written in bulk (`fake_results.store_bulk`). Then measures, as medians over the repeats:
 
-- read the outcomes, rank them: the two largest parts of a cold page, called directly;
+- read + rank: `harness.ranking.suite.rank_suite` on the suite's name, the one path the CLI and
+  the leaderboard take (the recorded plan, the stored outcomes, the ranking);
+- read: its reads alone (`plan_outcomes`: the columns ranking needs, no ORM objects);
+- rank: the pure `harness.ranking.rank` on outcomes already read (scipy already imported);
 - script, cold: one run of the app's Leaderboard page in `streamlit.testing` with Streamlit's
   caches cleared (database reads + ranking + tables; the process has imported everything);
 - script, warm: a rerun with warm caches (what each widget change costs);
@@ -27,15 +31,15 @@ import numpy as np
 from playwright.sync_api import Browser, expect, sync_playwright
 
 from benchmarks.browser import launch, open_leaderboard, serve
-from benchmarks.fake_results import fake_result, planned, store
+from benchmarks.fake_results import fake_result, planned, store_bulk
 from harness.ranking import rank
+from harness.ranking.suite import plan_outcomes, rank_suite, recorded
 from harness.store.db import make_engine, upgrade
 from leaderboard import data
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = "bench"
 TASKS = [f"task-{i}" for i in range(5)]
-SEEDS = range(50)
 DIVERGED, FAILED = 0.02, 0.01
 NORMS = ["pre", "post", "peri", "mix", "hybrid", "normformer", "lns", "deepnorm"]
 OPTIMIZERS = ["sgd", "lion", "lamb", "lars", "adafactor", "muon", "rmnp", "sinkgd"]
@@ -53,21 +57,21 @@ def methods() -> dict[str, dict[str, object]]:
     return found
 
 
-def generate(path: Path) -> None:
+def generate(path: Path, seeds: int) -> None:
     url = f"sqlite:///{path}"
     engine = make_engine(url)
     upgrade(engine)
     rng = np.random.default_rng(0)
     offsets = {name: float(rng.normal(0, 0.05)) for name in methods()}
     results = []
-    for trial in planned(SUITE, methods(), ["gpt-6l"], TASKS, SEEDS):
+    for trial in planned(SUITE, methods(), ["gpt-6l"], TASKS, range(seeds)):
         draw = rng.random()
         status = "diverged" if draw < DIVERGED else "failed" if draw < DIVERGED + FAILED else "done"
         bits = trial.config.get("quantize", {}).get("bits", 16)
         loss = 1.6 + offsets[trial.method] + 0.02 * (16 - bits) / 14 + rng.normal(0, 0.02)
         extra = {"effective_bits": float(bits), "model_bytes": bits * 1.2e6 / 8}
         results.append((trial, fake_result(status, float(loss), rng, extra)))
-    store(engine, results)
+    store_bulk(engine, results, ranking={"baseline": "baseline"})
 
 
 def median_seconds(measure: Callable[[], float], repeats: int) -> tuple[float, list[float]]:
@@ -76,24 +80,29 @@ def median_seconds(measure: Callable[[], float], repeats: int) -> tuple[float, l
 
 
 def part_times(url: str, repeats: int) -> dict[str, tuple[float, list[float]]]:
-    """The two largest parts of a cold page: reading the outcomes and ranking them."""
+    """Ranking through `harness.ranking`: read + rank, the reads alone, the ranking alone."""
     engine = data.read_only_engine(url)
-    outcomes = data.outcomes(engine, SUITE)
+    outcomes = plan_outcomes(engine, recorded(engine, SUITE), nightly=False)
     rank(outcomes, "val_loss", "baseline")  # imports scipy
 
-    def read() -> float:
-        start = time.perf_counter()
-        data.outcomes(engine, SUITE)
-        return time.perf_counter() - start
+    def timed(work: Callable[[], object]) -> Callable[[], float]:
+        def measure() -> float:
+            start = time.perf_counter()
+            work()
+            return time.perf_counter() - start
 
-    def ranking() -> float:
-        start = time.perf_counter()
-        rank(outcomes, "val_loss", "baseline")
-        return time.perf_counter() - start
+        return measure
 
     return {
-        "read the outcomes": median_seconds(read, repeats),
-        "rank them": median_seconds(ranking, repeats),
+        "read + rank (`rank_suite`)": median_seconds(
+            timed(lambda: rank_suite(engine, SUITE)), repeats
+        ),
+        "read (`plan_outcomes`)": median_seconds(
+            timed(lambda: plan_outcomes(engine, recorded(engine, SUITE), nightly=True)), repeats
+        ),
+        "rank (`rank`)": median_seconds(
+            timed(lambda: rank(outcomes, "val_loss", "baseline")), repeats
+        ),
     }
 
 
@@ -152,21 +161,24 @@ def browser_times(url: str, repeats: int, top: str) -> dict[str, tuple[float, li
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--db", type=Path, default=Path("/tmp/leaderboard-bench.db"))
+    parser.add_argument("--seeds", type=int, default=1000, help="seeds per method and task")
+    parser.add_argument("--db", type=Path, help="cached database (generated if absent)")
+    parser.add_argument("--no-browser", action="store_true", help="skip the Streamlit runs")
     args = parser.parse_args()
+    n_trials = len(methods()) * len(TASKS) * args.seeds
+    args.db = args.db or Path(f"/tmp/leaderboard-bench-{n_trials}.db")
     if not args.db.exists():
         start = time.perf_counter()
-        generate(args.db)
+        generate(args.db, args.seeds)
         print(f"generated {args.db} in {time.perf_counter() - start:.1f} s")
     url = f"sqlite:///{args.db}"
-    outcomes = data.outcomes(data.read_only_engine(url), SUITE)
-    top = rank(outcomes, "val_loss", "baseline").summary[0].method
-    print(f"{len(outcomes)} trials; top method: {top}")
-    results = (
-        part_times(url, args.repeats)
-        | script_times(url, args.repeats)
-        | browser_times(url, args.repeats, top)
-    )
+    ranking = rank_suite(data.read_only_engine(url), SUITE)
+    assert ranking is not None
+    top = ranking.summary[0].method
+    print(f"{sum(s.n_trials for s in ranking.summary)} trials; top method: {top}")
+    results = part_times(url, args.repeats)
+    if not args.no_browser:
+        results |= script_times(url, args.repeats) | browser_times(url, args.repeats, top)
     print("| measurement | median (s) | all runs (s) |\n|---|---|---|")
     for name, (median, times) in results.items():
         print(f"| {name} | {median:.2f} | {', '.join(f'{t:.2f}' for t in times)} |")
