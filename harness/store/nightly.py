@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from harness.runner.env import git_commit
 from harness.store.db import now
 from harness.store.models import Alert, SuiteRun, Trial
-from harness.store.queries import stored_outcomes
+from harness.store.queries import CHUNK, stored_outcomes
 
 NIGHTLY = "nightly"
 
@@ -126,7 +126,11 @@ def latest_results(
     after the newest of the planned trials `keys` stored by `layerbench run`, else those."""
     latest = finished_nightly_runs(engine, suite)
     with Session(engine) as session:
-        newest = session.scalar(select(func.max(Trial.ended_at)).where(Trial.key.in_(keys)))
+        ends = [
+            session.scalar(select(func.max(Trial.ended_at)).where(Trial.key.in_(chunk)))
+            for chunk in (keys[start : start + CHUNK] for start in range(0, len(keys), CHUNK))
+        ]
+    newest = max((end for end in ends if end is not None), default=None)
     if latest:
         ended = _aware(latest[-1].ended_at or latest[-1].started_at)
         if newest is None or ended > _aware(newest):

@@ -72,9 +72,11 @@ def stored_outcomes(
             ).all()
             metrics: dict[int, dict[str, float]] = defaultdict(dict)
             ids = [trial.id for trial in trials]
-            for result in session.scalars(select(Result).where(Result.trial_id.in_(ids))):
-                if result.value is not None:
-                    metrics[result.trial_id][result.name] = result.value
+            results = select(Result.trial_id, Result.name, Result.value).where(
+                Result.trial_id.in_(ids), Result.value.is_not(None)
+            )
+            for trial_id, name, value in session.execute(results):
+                metrics[trial_id][name] = value
             series = metric_series(session, ids, series_metric) if series_metric else {}
             records += [
                 {
