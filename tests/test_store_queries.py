@@ -1,0 +1,77 @@
+"""Ranking's reads at more trials than one query chunk: plain columns, every trial, no ORM rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, event, func, select
+from sqlalchemy.orm import Session
+
+from benchmarks.fake_results import fake_result, planned, store, store_bulk
+from harness.store.db import make_engine, upgrade
+from harness.store.models import LayerStatistic, MetricPoint, Result
+from harness.store.nightly import latest_results
+from harness.store.queries import CHUNK, stored_outcomes
+
+N_TRIALS = CHUNK + 20
+
+
+def results(seeds: range, rng_seed: int = 0) -> list:
+    rng = np.random.default_rng(rng_seed)
+    trials = planned("q", {"m": {}}, ["gpt"], ["t"], seeds)
+    return [
+        (trial, fake_result("diverged" if trial.seed == 3 else "done", 1.5, rng))
+        for trial in trials
+    ]
+
+
+def engine_at(path: Path) -> Engine:
+    engine = make_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    return engine
+
+
+@pytest.fixture
+def no_orm_rows() -> Iterator[list[object]]:
+    """ORM instances loaded while the test runs."""
+    loaded: list[object] = []
+
+    def record(session: Session, instance: object) -> None:
+        loaded.append(instance)
+
+    event.listen(Session, "loaded_as_persistent", record)
+    yield loaded
+    event.remove(Session, "loaded_as_persistent", record)
+
+
+def test_stored_outcomes_reads_every_trial_as_plain_columns(
+    tmp_path: Path, no_orm_rows: list[object]
+) -> None:
+    engine = engine_at(tmp_path / "q.db")
+    stored = results(range(N_TRIALS))
+    store_bulk(engine, stored)
+    keys = [trial.key for trial, _ in stored]
+    records = {r["key"]: r for r in stored_outcomes(engine, keys, "val_loss")}
+    assert set(records) == set(keys)
+    first, diverged, last = (records[stored[i][0].key] for i in (0, 3, -1))
+    assert first["metrics"] == pytest.approx({"val_loss": 1.5, "train_loss": 1.45})
+    assert diverged["status"] == "diverged" and diverged["metrics"] == {}
+    assert [step for step, _, _ in last["series"]] == [50, 100, 150, 200]
+    assert latest_results(engine, "q", keys) == stored_outcomes(engine, keys)
+    assert no_orm_rows == []
+
+
+def test_bulk_store_writes_what_the_row_builders_write(tmp_path: Path) -> None:
+    by_orm, in_bulk = engine_at(tmp_path / "orm.db"), engine_at(tmp_path / "bulk.db")
+    store(by_orm, results(range(5)))
+    store_bulk(in_bulk, results(range(5)))
+    keys = [trial.key for trial, _ in results(range(5))]
+    assert stored_outcomes(by_orm, keys, "val_loss") == stored_outcomes(in_bulk, keys, "val_loss")
+    for table in (MetricPoint, Result, LayerStatistic):
+        counts = [
+            Session(e).scalar(select(func.count()).select_from(table)) for e in (by_orm, in_bulk)
+        ]
+        assert counts[0] == counts[1] > 0
