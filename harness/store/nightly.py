@@ -125,17 +125,23 @@ def latest_results(
     """The suite's latest results: its last finished nightly run's trials when that run ended
     after the newest of the planned trials `keys` stored by `layerbench run`, else those."""
     latest = finished_nightly_runs(engine, suite)
-    with Session(engine) as session:
-        ends = [
-            session.scalar(select(func.max(Trial.ended_at)).where(Trial.key.in_(chunk)))
-            for chunk in (keys[start : start + CHUNK] for start in range(0, len(keys), CHUNK))
-        ]
-    newest = max((end for end in ends if end is not None), default=None)
     if latest:
         ended = _aware(latest[-1].ended_at or latest[-1].started_at)
+        newest = newest_end(engine, keys)
         if newest is None or ended > _aware(newest):
             return run_outcomes(engine, latest[-1].id, series_metric)
     return stored_outcomes(engine, keys, series_metric)
+
+
+def newest_end(engine: Engine, keys: Sequence[str]) -> datetime | None:
+    """When the last of the trials `keys` ended (None if none did)."""
+    query = select(func.max(Trial.ended_at))
+    with Session(engine) as session:
+        ends = [
+            session.scalar(query.where(Trial.key.in_(keys[start : start + CHUNK])))
+            for start in range(0, len(keys), CHUNK)
+        ]
+    return max((end for end in ends if end is not None), default=None)
 
 
 def _aware(stamp: datetime) -> datetime:

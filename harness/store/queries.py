@@ -7,12 +7,15 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.orm import Session
 
 from harness.store.models import ExampleOutcome, MetricPoint, Result, SuiteRun, Trial
 
 CHUNK = 500
+OUTCOME_CHUNK = 5000
+"""Keys per query of `stored_outcomes`: few round trips, well under the bound-parameter limits
+(SQLite's default 32,766; PostgreSQL's 65,535)."""
 
 
 def trial_statuses(engine: Engine, keys: Iterable[str]) -> dict[str, str]:
@@ -40,6 +43,7 @@ def unlogged_count(engine: Engine, suite: str) -> int:
         )
 
 
+FINISHED = frozenset(("done", "diverged", "failed", "timeout"))
 OUTCOME_COLUMNS = (
     Trial.id,
     Trial.method,
@@ -58,26 +62,25 @@ def stored_outcomes(
     """Finished trials with their final metrics, as plain records for ranking; with
     `series_metric`, also that metric's series as (step, train_time_s, value) by step.
 
-    Only the columns ranking needs are read (not configs or environments), so a leaderboard
-    of thousands of trials loads quickly."""
+    Only the columns ranking needs are read (not configs or environments), as Core rows (no ORM
+    objects), in chunks of `OUTCOME_CHUNK` keys, so a leaderboard of 100,000 trials loads
+    quickly."""
     keys = list(keys)
     records = []
-    with Session(engine) as session:
-        for start in range(0, len(keys), CHUNK):
-            trials = session.execute(
-                select(*OUTCOME_COLUMNS).where(
-                    Trial.key.in_(keys[start : start + CHUNK]),
-                    Trial.status.in_(["done", "diverged", "failed", "timeout"]),
-                )
-            ).all()
-            metrics: dict[int, dict[str, float]] = defaultdict(dict)
+    with engine.connect() as connection:
+        for start in range(0, len(keys), OUTCOME_CHUNK):
+            chunk = keys[start : start + OUTCOME_CHUNK]
+            # the status is tested here, not in SQL: with both, SQLite may scan the status index
+            rows = connection.execute(select(*OUTCOME_COLUMNS).where(Trial.key.in_(chunk)))
+            trials = [trial for trial in rows if trial.status in FINISHED]
             ids = [trial.id for trial in trials]
+            metrics: dict[int, dict[str, float]] = defaultdict(dict)
             results = select(Result.trial_id, Result.name, Result.value).where(
                 Result.trial_id.in_(ids), Result.value.is_not(None)
             )
-            for trial_id, name, value in session.execute(results):
+            for trial_id, name, value in connection.execute(results):
                 metrics[trial_id][name] = value
-            series = metric_series(session, ids, series_metric) if series_metric else {}
+            series = metric_series(connection, ids, series_metric) if series_metric else {}
             records += [
                 {
                     "method": trial.method,
@@ -96,10 +99,10 @@ def stored_outcomes(
 
 
 def metric_series(
-    session: Session, trial_ids: list[int], name: str
+    connection: Connection, trial_ids: list[int], name: str
 ) -> dict[int, list[tuple[int, float, float | None]]]:
     """(step, train_time_s, value) of metric `name` per trial, in step order."""
-    rows = session.execute(
+    rows = connection.execute(
         select(MetricPoint.trial_id, MetricPoint.step, MetricPoint.train_time_s, MetricPoint.value)
         .where(MetricPoint.trial_id.in_(trial_ids), MetricPoint.name == name)
         .order_by(MetricPoint.trial_id, MetricPoint.step)
@@ -144,13 +147,13 @@ def example_outcomes(
     """
     keys = list(trial_keys)
     outcomes: dict[str, dict[str, dict[str, float]]] = {}
-    for start in range(0, len(keys), CHUNK):
+    for start in range(0, len(keys), OUTCOME_CHUNK):
         rows = session.execute(
             select(
                 Trial.key, ExampleOutcome.metric, ExampleOutcome.example_id, ExampleOutcome.value
             )
             .join(Trial, Trial.id == ExampleOutcome.trial_id)
-            .where(Trial.key.in_(keys[start : start + CHUNK]))
+            .where(Trial.key.in_(keys[start : start + OUTCOME_CHUNK]))
         )
         for key, metric, example_id, value in rows:
             by_metric = outcomes.setdefault(key, {}).setdefault(metric, {})
