@@ -63,6 +63,8 @@ def check_suite(suite: Suite, locator: Locator) -> Iterator[Problem]:
     for name in suite.methods:
         yield from check_method(suite, name, locator)
     yield from check_rank(suite, locator)
+    for index in range(len(suite.expect)):
+        yield from check_claim(suite, index, locator)
 
 
 def check_rank(suite: Suite, locator: Locator) -> Iterator[Problem]:
@@ -79,6 +81,38 @@ def check_rank(suite: Suite, locator: Locator) -> Iterator[Problem]:
                 known = ", ".join(suite.tasks)
                 loc = ("rank", "target", "value", task)
                 yield locator.problem(loc, f"unknown task '{task}' (tasks: {known})")
+
+
+def check_claim(suite: Suite, index: int, locator: Locator) -> Iterator[Problem]:
+    """An `expect` claim names two defined methods, a registered metric, and recipes (models)
+    on which both methods run on some task."""
+    from harness.runner.plan import matrix_cells
+
+    claim, loc = suite.expect[index], ("expect", index)
+    for field, name in [("method", claim.method), ("than", claim.than)]:
+        if name is not None and name not in suite.methods:
+            error = UnknownNameError("method", name, sorted(suite.methods))
+            hint = f"; did you mean '{error.suggestion}'?" if error.suggestion else ""
+            yield locator.problem((*loc, field), f"unknown method '{name}'{hint}")
+    than = claim.than or suite.baseline
+    if than is None:
+        yield locator.problem(loc, "no `than` and no suite `baseline`: name the method compared")
+    elif than == claim.method:
+        yield locator.problem((*loc, "than"), f"'{than}' is compared with itself")
+    if claim.metric is not None:
+        yield from lookup(METRICS, claim.metric, (*loc, "metric"), locator)
+    cells = set(matrix_cells(suite))
+    for position, model in enumerate(claim.recipes or []):
+        where = (*loc, "recipes", position)
+        if model not in suite.models:
+            yield undefined(locator, where, "models", model, suite.models)
+        elif than is not None and not any(
+            (claim.method, model, task) in cells and (than, model, task) in cells
+            for task in suite.tasks
+        ):
+            yield locator.problem(
+                where, f"'{claim.method}' and '{than}' never both run on model '{model}' (matrix)"
+            )
 
 
 def lookup(registry: Registry[Any], name: str, loc: Loc, locator: Locator) -> Iterator[Problem]:

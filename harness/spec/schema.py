@@ -175,6 +175,29 @@ class RankSpec(StrictModel):
         return self
 
 
+class Claim(StrictModel):
+    """A published claim the suite tests (`expect`): `method` is `direction` than `than` on
+    `metric`; `recipes` are the suite's models it is checked under (verdicts in
+    `harness.ranking.findings`)."""
+
+    method: str
+    than: str | None = None  # None: the suite's baseline
+    metric: str | None = None  # None: rank.metric
+    direction: Literal["better", "worse", "tie"]
+    margin: PositiveFloat | None = None  # the equivalence margin of a tie, in the metric's units
+    source: str = Field(min_length=1)  # "arXiv id, table or figure"
+    note: str = ""
+    recipes: list[str] | None = Field(None, min_length=1)  # None: every model of the suite
+
+    @model_validator(mode="after")
+    def tie_needs_margin(self) -> Claim:
+        if self.direction == "tie" and self.margin is None:
+            raise ValueError("a `tie` needs a `margin` (the largest difference that counts as one)")
+        if self.direction != "tie" and self.margin is not None:
+            raise ValueError("`margin` is only for direction `tie`")
+        return self
+
+
 class TrackingSpec(StrictModel):
     mlflow: bool = True
 
@@ -193,6 +216,7 @@ class Suite(StrictModel):
     matrix: list[MatrixEntry] | None = None
     baseline: str | None = None
     rank: RankSpec = RankSpec()
+    expect: list[Claim] = []
     regression: dict[str, PositiveFloat] = {}
     tracking: TrackingSpec = TrackingSpec()
     plugins: list[str] = []
