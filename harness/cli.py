@@ -154,6 +154,8 @@ def run(
             offline_unless_hub_reachable()
 
         ranking = {"baseline": suite.baseline, **suite.rank.model_dump(mode="json")}
+        ranking |= {"models": list(suite.models)}
+        ranking["expect"] = [claim.model_dump(mode="json") for claim in suite.expect]
         with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking, keys) as record:
             ledger = StoreLedger(
                 engine,

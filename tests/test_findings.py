@@ -3,13 +3,22 @@ inconclusive, fragile) from constructed outcomes."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.fake_results import fake_result, store
 from harness.cli import app
+from harness.ranking.findings import Finding, findings
+from harness.ranking.outcomes import TrialOutcome
+from harness.runner.plan import plan_suite
 from harness.spec import SuiteError, load_suite
+from harness.spec.schema import Claim
+from harness.store.db import make_engine, upgrade
 from tests.conftest import ROOT, write_suite
 
 runner = CliRunner()
@@ -102,3 +111,127 @@ def test_shipped_findings_suites_are_valid() -> None:
     for path in paths:
         suite = load_suite(path)
         assert len(suite.seeds) >= 5 and suite.expect, path
+
+
+def outcomes(
+    offsets: list[float], model: str = "gpt", method: str = "post-ln", metric: str = "val_loss"
+) -> list[TrialOutcome]:
+    """Pre-LN at 2.0 + a seed effect, `method` at the same + offsets[seed]; None: diverged."""
+    found = []
+    for seed, offset in enumerate(offsets):
+        base = 2.0 + 0.1 * seed
+        found.append(TrialOutcome("pre-ln", model, "lm", seed, "done", {metric: base}))
+        status, metrics = ("diverged", {}) if offset is None else ("done", {metric: base + offset})
+        found.append(TrialOutcome(method, model, "lm", seed, status, metrics))
+    return found
+
+
+def claim(**fields: object) -> Claim:
+    return Claim.model_validate({"method": "post-ln", "source": "test"} | fields)
+
+
+def verdicts(found: list[TrialOutcome], *claims: Claim) -> list[Finding]:
+    return findings(found, claims, baseline="pre-ln", metric="val_loss")
+
+
+CLEAR = [0.50, 0.52, 0.49, 0.51, 0.50]
+NOISY = [0.30, -0.25, 0.10, -0.05, 0.02]
+
+
+def test_a_significant_difference_the_expected_way_reproduces() -> None:
+    (found,) = verdicts(outcomes(CLEAR), claim(direction="worse"))
+    (check,) = found.checks
+    assert found.verdict == "reproduced" and check.decided_by == "test"
+    assert check.n == 5 and check.delta == pytest.approx(0.504)
+    assert check.ci_low < 0.504 < check.ci_high and check.p_value < 1e-4
+    assert found.claim == "post-ln worse than pre-ln on val_loss"
+
+
+def test_a_significant_difference_the_other_way_contradicts() -> None:
+    (found,) = verdicts(outcomes(CLEAR), claim(direction="better"))
+    assert found.verdict == "contradicted"
+
+
+def test_a_noisy_difference_is_inconclusive_with_the_seeds_it_needs() -> None:
+    (found,) = verdicts(outcomes(NOISY), claim(direction="worse"))
+    (check,) = found.checks
+    assert found.verdict == "inconclusive" and check.p_value > 0.05
+    assert check.seeds_needed is not None and check.seeds_needed > 5
+
+
+def test_a_tie_needs_the_interval_inside_the_margin() -> None:
+    small = [0.001, -0.002, 0.0, 0.002, -0.001]
+    (tie,) = verdicts(outcomes(small), claim(direction="tie", margin=0.05))
+    assert tie.verdict == "reproduced" and tie.checks[0].decided_by == "interval"
+    assert tie.checks[0].ci_low >= -0.05 and tie.checks[0].ci_high <= 0.05
+    (apart,) = verdicts(outcomes(CLEAR), claim(direction="tie", margin=0.05))
+    assert apart.verdict == "contradicted"
+    (wide,) = verdicts(outcomes(NOISY), claim(direction="tie", margin=0.05))
+    assert wide.verdict == "inconclusive"
+    assert wide.checks[0].p_value is None
+
+
+def test_more_failed_seeds_lose_without_a_test() -> None:
+    (found,) = verdicts(outcomes([None, None, 0.0, 0.01, -0.01]), claim(direction="worse"))
+    (check,) = found.checks
+    assert found.verdict == "reproduced" and check.decided_by == "failures"
+    assert check.failed == (2, 0) and check.n == 3
+
+
+def test_a_verdict_that_flips_between_recipes_is_fragile() -> None:
+    found = outcomes(CLEAR, model="tied") + outcomes([-x for x in CLEAR], model="untied")
+    (fragile,) = verdicts(found, claim(direction="better", recipes=["untied", "tied"]))
+    assert [c.model for c in fragile.checks] == ["untied", "tied"]
+    assert [c.verdict for c in fragile.checks] == ["reproduced", "contradicted"]
+    assert fragile.verdict == "fragile" and fragile.flipped_by == ["tied"]
+    (steady,) = verdicts(found, claim(direction="better", recipes=["untied"]))
+    assert steady.verdict == "reproduced" and not steady.flipped_by
+
+
+def test_holm_adjusts_over_the_suites_directional_claims() -> None:
+    found = outcomes(NOISY) + outcomes(CLEAR, method="peri-ln")
+    noisy, clear = claim(direction="worse"), claim(method="peri-ln", direction="worse")
+    ((alone_noisy,), (alone_clear,)) = verdicts(found, noisy), verdicts(found, clear)
+    both = verdicts(found, noisy, clear)
+    # step-down: the smaller p is doubled, the larger kept
+    assert both[1].checks[0].p_value == pytest.approx(2 * alone_clear.checks[0].p_value)
+    assert both[0].checks[0].p_value == pytest.approx(alone_noisy.checks[0].p_value)
+    assert [f.verdict for f in both] == ["inconclusive", "reproduced"]
+
+
+def test_a_claim_without_outcomes_has_no_data() -> None:
+    (found,) = verdicts(outcomes(CLEAR), claim(method="peri-ln", direction="worse"))
+    assert found.verdict == "no data" and not found.checks
+
+
+EXPECT = """expect:
+  - {method: post-ln, direction: worse, source: "arXiv:2002.04745, Fig. 3"}
+  - {method: post-ln, direction: better, source: made-up}
+"""
+
+
+def store_claims_suite(directory: Path) -> Path:
+    """A suite with two claims, and fake results: post-ln ends 0.1 above pre-ln on 5 seeds."""
+    suite = write_suite(directory, METHODS, extra=EXPECT)
+    suite.write_text(suite.read_text().replace("seeds: [0, 1]", "seeds: [0, 1, 2, 3, 4]"))
+    database = make_engine(os.environ["LAYERBENCH_DB"])
+    upgrade(database)
+    loss = {"pre-ln": 1.5, "post-ln": 1.6}
+    trials = plan_suite(load_suite(suite))
+    rng = np.random.default_rng(0)
+    store(database, [(t, fake_result("done", loss[t.method] + 0.01 * t.seed, rng)) for t in trials])
+    return suite
+
+
+def test_rank_adds_a_findings_block(tmp_path: Path) -> None:
+    suite = store_claims_suite(tmp_path)
+    ranked = runner.invoke(app, ["rank", str(suite), "--format", "json"])
+    assert ranked.exit_code == 0, ranked.output
+    worse, better = json.loads(ranked.stdout)["findings"]
+    assert (worse["verdict"], better["verdict"]) == ("reproduced", "contradicted")
+    assert worse["checks"][0]["delta"] == pytest.approx(0.1, abs=0.03)
+    assert worse["claim"] == "post-ln worse than pre-ln on val_loss"
+    table = runner.invoke(app, ["rank", str(suite)])
+    assert table.exit_code == 0 and "Findings" in table.output and "contradicted" in table.output
+    markdown = runner.invoke(app, ["rank", str(suite), "--format", "md"]).output
+    assert "### Findings" in markdown and "| arXiv:2002.04745, Fig. 3 |" in markdown

@@ -10,10 +10,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from harness.ranking.examples import ExampleOutcomes
+from harness.ranking.findings import findings
 from harness.ranking.outcomes import Target, TrialOutcome, each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
-from harness.spec.schema import RankSpec, Suite
+from harness.spec.schema import Claim, RankSpec, Suite
 from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
 
 if TYPE_CHECKING:
@@ -34,6 +35,9 @@ class RankPlan:
     baseline: str | None
     spec: RankSpec
     warnings: tuple[str, ...] = ()
+    claims: tuple[Claim, ...] = ()
+    models: tuple[str, ...] = ()
+    """The suite's models in suite order: the recipes of claims that list none."""
 
 
 def plan_of(suite: Suite) -> RankPlan:
@@ -41,19 +45,24 @@ def plan_of(suite: Suite) -> RankPlan:
     from harness.runner.plan import plan_suite
 
     keys = [trial.key for trial in plan_suite(suite)]
-    return RankPlan(suite.suite, keys, suite.baseline, suite.rank)
+    return RankPlan(
+        suite.suite, keys, suite.baseline, suite.rank, (), tuple(suite.expect), tuple(suite.models)
+    )
 
 
 def recorded(engine: Engine, suite: str) -> RankPlan:
     """The plan the suite's latest run recorded (every stored trial if no run recorded one)."""
     found = recorded_plan(engine, suite)
     ranking, keys = found if found else ({}, None)
-    spec = RankSpec.model_validate({k: v for k, v in ranking.items() if k != "baseline"})
+    recorded_only = ("baseline", "expect", "models")
+    spec = RankSpec.model_validate({k: v for k, v in ranking.items() if k not in recorded_only})
+    claims = tuple(Claim.model_validate(claim) for claim in ranking.get("expect", []))
     if keys is None:
         keys, warnings = suite_keys(engine, suite), (SUPERSEDED_UNKNOWN,)
     else:
         warnings = ()
-    return RankPlan(suite, keys, ranking.get("baseline"), spec, warnings)
+    models = tuple(ranking.get("models", ()))
+    return RankPlan(suite, keys, ranking.get("baseline"), spec, warnings, claims, models)
 
 
 def plan_outcomes(engine: Engine, plan: RankPlan) -> list[TrialOutcome]:
@@ -117,4 +126,16 @@ def rank_suite(
         aggregate=spec.aggregate,
         examples=examples,
     )
-    return replace(ranking, warnings=[*plan.warnings, *ranking.warnings])
+    found = []
+    if plan.claims and not all_points:
+        found = findings(
+            outcomes,
+            plan.claims,
+            baseline=plan.baseline,
+            metric=spec.metric,
+            tune_metric=spec.tune_metric,
+            tuning=spec.tuning,
+            alpha=ranking.alpha,
+            models=plan.models,
+        )
+    return replace(ranking, warnings=[*plan.warnings, *ranking.warnings], findings=found)
