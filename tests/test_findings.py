@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 import numpy as np
 import pytest
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
 from benchmarks.fake_results import fake_result, store
@@ -19,6 +23,7 @@ from harness.runner.plan import plan_suite
 from harness.spec import SuiteError, load_suite
 from harness.spec.schema import Claim
 from harness.store.db import make_engine, upgrade
+from harness.store.models import SuiteRun
 from tests.conftest import ROOT, write_suite
 
 runner = CliRunner()
@@ -235,3 +240,39 @@ def test_rank_adds_a_findings_block(tmp_path: Path) -> None:
     assert table.exit_code == 0 and "Findings" in table.output and "contradicted" in table.output
     markdown = runner.invoke(app, ["rank", str(suite), "--format", "md"]).output
     assert "### Findings" in markdown and "| arXiv:2002.04745, Fig. 3 |" in markdown
+
+
+def record_claims(suite: Path) -> None:
+    """Record the suite's ranking (with its claims) on its stored run, as `layerbench run` does."""
+    loaded = load_suite(suite)
+    ranking = {"baseline": loaded.baseline, **loaded.rank.model_dump(mode="json")}
+    ranking |= {"models": list(loaded.models)}
+    ranking["expect"] = [claim.model_dump(mode="json") for claim in loaded.expect]
+    with Session(make_engine(os.environ["LAYERBENCH_DB"])) as session, session.begin():
+        session.execute(update(SuiteRun).values(ranking=ranking))
+
+
+def test_the_findings_page_shows_each_claims_verdict_and_links_to_compare(tmp_path: Path) -> None:
+    record_claims(store_claims_suite(tmp_path))
+    at = AppTest.from_file(str(ROOT / "leaderboard" / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page("views/findings.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    frame = at.dataframe[0].value
+    assert list(frame["verdict"]) == ["reproduced", "contradicted"]
+    assert list(frame["family"]) == ["tiny", "tiny"]
+    assert frame["paper"][0] == "arXiv:2002.04745, Fig. 3"
+    assert frame["observed Δ ± 95% CI"][0].startswith("+0.1")
+    link = frame["compare"][0]
+    assert link.startswith("compare?") and "methods=post-ln%2Cpre-ln" in link
+
+    at.multiselect[0].set_value([]).run()
+    assert at.dataframe[0].value.empty
+
+    compare = AppTest.from_file(str(ROOT / "leaderboard" / "app.py"), default_timeout=60)
+    compare.query_params.update(dict(parse_qsl(link.split("?", 1)[1])))
+    compare.run()
+    compare.switch_page("views/compare.py").run()
+    assert not compare.exception, [e.message for e in compare.exception]
+    (methods,) = (box for box in compare.multiselect if box.label == "Methods")
+    assert methods.value == ["post-ln", "pre-ln"]
