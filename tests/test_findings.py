@@ -218,7 +218,8 @@ EXPECT = """expect:
 def store_claims_suite(directory: Path) -> Path:
     """A suite with two claims, and fake results: post-ln ends 0.1 above pre-ln on 5 seeds."""
     suite = write_suite(directory, METHODS, extra=EXPECT)
-    suite.write_text(suite.read_text().replace("seeds: [0, 1]", "seeds: [0, 1, 2, 3, 4]"))
+    text = suite.read_text().replace("seeds: [0, 1]", "seeds: [0, 1, 2, 3, 4]")
+    suite.write_text(text.replace("suite: tiny", "suite: claims"))
     database = make_engine(os.environ["LAYERBENCH_DB"])
     upgrade(database)
     loss = {"pre-ln": 1.5, "post-ln": 1.6}
@@ -260,7 +261,7 @@ def test_the_findings_page_shows_each_claims_verdict_and_links_to_compare(tmp_pa
     assert not at.exception, [e.message for e in at.exception]
     frame = at.dataframe[0].value
     assert list(frame["verdict"]) == ["reproduced", "contradicted"]
-    assert list(frame["family"]) == ["tiny", "tiny"]
+    assert list(frame["family"]) == ["claims", "claims"]
     assert frame["paper"][0] == "arXiv:2002.04745, Fig. 3"
     assert frame["observed Δ ± 95% CI"][0].startswith("+0.1")
     link = frame["compare"][0]
