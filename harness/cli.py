@@ -254,6 +254,27 @@ def rank_command(
 
 
 @app.command()
+def report(
+    suite_path: SuiteArg,
+    db: DbOption = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Folder of report.md and figures/ (default: reports/SUITE)")
+    ] = None,
+) -> None:
+    """Write a markdown report of the suite's stored results with static figures (PNG)."""
+    from leaderboard.report import ReportError, write_report
+
+    suite = load(suite_path)
+    try:
+        path = write_report(open_db(db), suite, out or Path("reports") / suite.suite)
+    except ReportError as error:
+        raise fail(str(error)) from None
+    except RegistryError as error:
+        raise fail(str(error)) from None
+    console.print(f"wrote {path}")
+
+
+@app.command()
 def status(db: DbOption = None) -> None:
     """Trials stored per suite and status."""
     from sqlalchemy import func, select

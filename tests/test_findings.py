@@ -10,11 +10,13 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 import pytest
+from PIL import Image
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
+from benchmarks.browser import chromium_path
 from benchmarks.fake_results import fake_result, store
 from harness.cli import app
 from harness.ranking.findings import Finding, findings
@@ -277,3 +279,23 @@ def test_the_findings_page_shows_each_claims_verdict_and_links_to_compare(tmp_pa
     assert not compare.exception, [e.message for e in compare.exception]
     (methods,) = (box for box in compare.multiselect if box.label == "Methods")
     assert methods.value == ["post-ln", "pre-ln"]
+
+
+def test_report_writes_markdown_and_non_trivial_figures(tmp_path: Path) -> None:
+    if chromium_path() is None:
+        pytest.skip("Debian's chromium is not installed (`make chromium` installs it)")
+    suite = store_claims_suite(tmp_path)
+    out = tmp_path / "report"
+    done = runner.invoke(app, ["report", str(suite), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    text = (out / "report.md").read_text()
+    assert "### Findings" in text and "## Figures" in text
+    figures = sorted((out / "figures").glob("*.png"))
+    names = {path.stem for path in figures}
+    assert {"findings_forest", "bytes_gpt-2l_curves"} <= names
+    assert {"bytes_gpt-2l_grad_norm_pre-ln", "bytes_gpt-2l_hidden_rms_post-ln"} <= names
+    for path in figures:
+        assert f"figures/{path.name}" in text
+        with Image.open(path) as image:
+            assert image.format == "PNG" and image.width >= 800 and image.height >= 150
+            assert len(image.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 10  # not blank
