@@ -14,11 +14,9 @@ from harness.spec import SuiteError, load_suite
 from harness.spec.schema import Suite
 from tests.conftest import ROOT, write_suite
 
-NOT_YET_READ = {
-    # `regression:` thresholds are implemented by the nightly work (branch `nightly`, issue 10
-    # leaves the field to it).
-    "regression",
-}
+NOT_YET_READ: set[str] = set()
+"""Top-level sections another piece of work implements (none left: `regression` is the nightly
+alerts')."""
 
 
 def fields(model: type[BaseModel], prefix: str = "") -> Iterator[str]:

@@ -116,10 +116,10 @@ def layerbench(*args: str) -> str:
 
 @pytest.mark.slow
 def test_a_sweep_stores_every_point_and_ranks_one_tuned_point_per_method(tmp_path: Path) -> None:
-    """3 learning rates x 3 seeds: 9 trials stored; `rank` reports every seed of one point."""
+    """2 learning rates x 3 seeds: 6 trials stored; `rank` reports every seed of one point."""
     suite = write_suite(
         tmp_path,
-        "pre-ln: {sweep: {optimizer.lr: [1.0e-4, 3.0e-3, 1.0e-2]}}",
+        "pre-ln: {sweep: {optimizer.lr: [1.0e-4, 1.0e-2]}}",
         steps=12,
         eval_every=4,
         extra="rank: {metric: val_loss, target: {metric: val_loss, value: 4.5}}\n",
@@ -133,7 +133,7 @@ def test_a_sweep_stores_every_point_and_ranks_one_tuned_point_per_method(tmp_pat
             .join(Result, Result.trial_id == Trial.id)
             .where(Result.name == "val_loss")
         ).all()
-    assert len(rows) == 9
+    assert len(rows) == 6
     by_point: dict[float, list[float]] = {}
     for _, sweep, value in rows:
         by_point.setdefault(sweep["optimizer.lr"], []).append(value)
@@ -146,10 +146,10 @@ def test_a_sweep_stores_every_point_and_ranks_one_tuned_point_per_method(tmp_pat
     assert row["n_reached"] is not None and tuned["summary"][0]["profile_steps"] is not None
     every = json.loads(layerbench("rank", str(suite), "--all", "--format", "json"))
     assert sorted(r["method"] for r in every["rows"]) == [
-        f"pre-ln[optimizer.lr={lr}]" for lr in ("0.0001", "0.003", "0.01")
+        f"pre-ln[optimizer.lr={lr}]" for lr in ("0.0001", "0.01")
     ]
     assert all(r["n"] == 3 for r in every["rows"]) and every["baseline"] is None
     plan = layerbench("plan", str(suite))
     marked = [line for line in plan.splitlines() if " * " in line]
-    assert plan.count("pre-ln[optimizer.lr=") == 9 and len(marked) == 3
+    assert plan.count("pre-ln[optimizer.lr=") == 6 and len(marked) == 3
     assert len({line.split("pre-ln[")[1].split("]")[0] for line in marked}) == 1

@@ -94,7 +94,8 @@ def weighted_means(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """sum(w x) / sum(w) of each row over its non-missing examples."""
     kept = ~np.isnan(values) & ~np.isnan(weights)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(kept, values * weights, 0).sum(-1) / np.where(kept, weights, 0).sum(-1)
+        total = np.where(kept, values * weights, 0).sum(-1)
+        return np.asarray(total / np.where(kept, weights, 0).sum(-1), dtype=float)
 
 
 def weighted_bootstrap_ci(

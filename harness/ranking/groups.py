@@ -162,7 +162,7 @@ def _by_example(
 
 def _sign(x: np.ndarray, direction: Direction) -> np.ndarray:
     """+1 where x (a difference a - b) favours a, -1 where it favours b, 0 where equal or NaN."""
-    return np.nan_to_num(np.sign(-x if direction == "min" else x))
+    return np.asarray(np.nan_to_num(np.sign(-x if direction == "min" else x)), dtype=float)
 
 
 def group_means(group: Group) -> np.ndarray:
@@ -203,7 +203,7 @@ def win_rates(group: Group, alpha: float, direction: Direction) -> np.ndarray:
     scores = np.zeros((m, m))
     scores[i, j], scores[j, i] = score, 1.0 - score
     with np.errstate(invalid="ignore", divide="ignore"):
-        return scores.sum(axis=1) / (m - 1)
+        return np.asarray(scores.sum(axis=1) / (m - 1), dtype=float)
 
 
 @dataclass(frozen=True)

@@ -169,8 +169,9 @@ def sweep_sizes(outcomes: Iterable[TrialOutcome]) -> dict[Cell, int]:
 def target_hit(outcome: TrialOutcome, value: float, direction: Direction) -> EvalPoint | None:
     """The first evaluation at which the outcome's series reaches `value`, if any."""
     for step, train_time_s, observed in outcome.series:
-        finite = observed is not None and math.isfinite(observed)
-        if finite and not better(value, observed, direction):
+        if observed is None or not math.isfinite(observed):
+            continue
+        if not better(value, observed, direction):
             return EvalPoint(step, train_time_s, observed)
     return None
 

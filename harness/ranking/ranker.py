@@ -167,11 +167,9 @@ def _reports(members: list[TrialOutcome], metric: str) -> bool:
 
 
 def _profiles(groups: list[Group], methods: list[str]) -> dict[str, dict[str, float]]:
-    with_target = [g for g in groups if g.steps is not None and g.times is not None]
-    return {
-        "steps": profile_scores([median_times(g, g.steps) for g in with_target], methods),
-        "time": profile_scores([median_times(g, g.times) for g in with_target], methods),
-    }
+    steps = [median_times(g, g.steps) for g in groups if g.steps is not None]
+    times = [median_times(g, g.times) for g in groups if g.times is not None]
+    return {"steps": profile_scores(steps, methods), "time": profile_scores(times, methods)}
 
 
 def profile_scores(workloads: list[dict[str, float]], methods: Iterable[str]) -> dict[str, float]:
@@ -190,15 +188,18 @@ def profile_scores(workloads: list[dict[str, float]], methods: Iterable[str]) ->
 def _normalized(rows: list[RankRow], baseline: str | None) -> dict[str, float | None]:
     """Mean over groups of mean / baseline mean; None where a group lacks either mean."""
     base = {(r.task, r.model): r.mean for r in rows if r.method == baseline}
-    ratios: dict[str, list[float | None]] = {}
+    ratios: dict[str, list[float]] = {}
+    missing: set[str] = set()
     for row in rows:
         reference = base.get((row.task, row.model))
-        ratio = row.mean / reference if row.mean is not None and reference else None
-        ratios.setdefault(row.method, []).append(ratio)
+        if row.mean is None or not reference:
+            missing.add(row.method)
+        else:
+            ratios.setdefault(row.method, []).append(row.mean / reference)
     return {
-        method: None if None in found else sum(found) / len(found)  # type: ignore[misc,arg-type]
+        method: None if method in missing else sum(found) / len(found)
         for method, found in ratios.items()
-    }
+    } | dict.fromkeys(missing)
 
 
 def _summarize(

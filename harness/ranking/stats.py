@@ -71,7 +71,7 @@ def paired_test(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def row_means(values: np.ndarray) -> np.ndarray:
     counts = (~np.isnan(values)).sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.nansum(values, axis=-1) / counts
+        return np.asarray(np.nansum(values, axis=-1) / counts, dtype=float)
 
 
 def row_stds(values: np.ndarray) -> np.ndarray:
@@ -173,7 +173,7 @@ def paired_power(effect: np.ndarray, n: np.ndarray, alpha: float) -> np.ndarray:
         -critical, n - 1, noncentrality
     )
     normal = stats.norm.sf(critical - noncentrality) + stats.norm.cdf(-critical - noncentrality)
-    return np.where(np.isnan(exact), normal, exact)
+    return np.asarray(np.where(np.isnan(exact), normal, exact), dtype=float)
 
 
 def seeds_needed(

@@ -15,6 +15,7 @@ from harness.ranking.outcomes import Target, TrialOutcome, each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
 from harness.spec.schema import Claim, RankSpec, Suite
+from harness.store.nightly import latest_results
 from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
 
 if TYPE_CHECKING:
@@ -57,18 +58,22 @@ def recorded(engine: Engine, suite: str) -> RankPlan:
     recorded_only = ("baseline", "expect", "models")
     spec = RankSpec.model_validate({k: v for k, v in ranking.items() if k not in recorded_only})
     claims = tuple(Claim.model_validate(claim) for claim in ranking.get("expect", []))
+    models = tuple(ranking.get("models", ()))
+    warnings: tuple[str, ...] = ()
     if keys is None:
         keys, warnings = suite_keys(engine, suite), (SUPERSEDED_UNKNOWN,)
-    else:
-        warnings = ()
-    models = tuple(ranking.get("models", ()))
     return RankPlan(suite, keys, ranking.get("baseline"), spec, warnings, claims, models)
 
 
-def plan_outcomes(engine: Engine, plan: RankPlan) -> list[TrialOutcome]:
-    """The stored finished trials of the plan (with the target metric's series if any)."""
+def plan_outcomes(engine: Engine, plan: RankPlan, nightly: bool) -> list[TrialOutcome]:
+    """The stored finished trials of the plan (with the target metric's series if any); with
+    `nightly`, the last finished nightly run's instead when it is newer (`latest_results`)."""
     target = plan.spec.target
-    records = stored_outcomes(engine, plan.keys, target.metric if target else None)
+    series = target.metric if target else None
+    if nightly:
+        records = latest_results(engine, plan.suite, plan.keys, series)
+    else:
+        records = stored_outcomes(engine, plan.keys, series)
     return [TrialOutcome(**record) for record in records]
 
 
@@ -93,17 +98,20 @@ def rank_suite(
     all_points: bool = False,
     keep: Callable[[TrialOutcome], bool] | None = None,
     current_only: bool = True,
+    nightly: bool = True,
     examples: ExampleOutcomes | None = UNSET,
 ) -> Ranking | None:
     """Rank a suite's current trials (a suite file, or a suite name: the plan its latest run
     recorded). `metric`, `baseline`, `alpha` override the suite's; `keep` filters the outcomes
     (the leaderboard's sidebar); `current_only=False` ranks every stored trial (History);
-    `all_points` ranks each sweep point as a method. `examples` (default: read from the store)
+    `all_points` ranks each sweep point as a method. With `nightly` (and `current_only`), the last
+    finished nightly run is ranked when it is newer. `examples` (default: read from the store)
     gives example-level statistics to single-seed groups. None when nothing is stored."""
     plan = plan_of(suite) if isinstance(suite, Suite) else recorded(engine, suite)
     if not current_only:
         plan = replace(plan, keys=suite_keys(engine, plan.suite), warnings=())
-    outcomes = [o for o in plan_outcomes(engine, plan) if keep is None or keep(o)]
+    latest = nightly and current_only
+    outcomes = [o for o in plan_outcomes(engine, plan, latest) if keep is None or keep(o)]
     if not outcomes:
         return None
     spec = plan.spec

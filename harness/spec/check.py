@@ -68,11 +68,13 @@ def check_suite(suite: Suite, locator: Locator) -> Iterator[Problem]:
 
 
 def check_rank(suite: Suite, locator: Locator) -> Iterator[Problem]:
-    """`rank` names registered metrics, and a per-task target names the suite's tasks."""
+    """`rank` and `regression` name registered metrics; a per-task target names the suite's
+    tasks."""
     rank, target = suite.rank, suite.rank.target
     metrics = [(("rank", "metric"), rank.metric)]
     metrics += [(("rank", "tune_metric"), rank.tune_metric)] if rank.tune_metric else []
     metrics += [(("rank", "target", "metric"), target.metric)] if target else []
+    metrics += [(("regression", "metrics", i), m) for i, m in enumerate(suite.regression.metrics)]
     for loc, metric in metrics:
         yield from lookup(METRICS, metric, loc, locator)
     if target is not None and isinstance(target.value, dict):

@@ -226,6 +226,15 @@ class StoreLedger:
                 .values(heartbeat_at=now())
             )
 
+    def release(self, trial: PlannedTrial) -> None:
+        """Give back a claim without a result: the trial is pending again."""
+        with self.engine.begin() as connection:
+            connection.execute(
+                update(Trial)
+                .where(Trial.key == trial.key, Trial.claimed_by == self.me)
+                .values(status="pending", claimed_by=None, heartbeat_at=None)
+            )
+
     def finish(self, trial: PlannedTrial, result: TrialResult) -> None:
         """Store the result, its series, statistics and per-example outcomes in one transaction."""
         with Session(self.engine) as session, session.begin():

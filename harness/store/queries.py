@@ -110,7 +110,7 @@ def metric_series(
 
 def recorded_plan(engine: Engine, suite: str) -> tuple[dict[str, Any], list[str] | None] | None:
     """How the suite's latest run said to rank it (its baseline and `rank` section) and the keys
-    of the trials it planned (None for runs older than migration 0004); None without runs."""
+    of the trials it planned (None for runs older than migration 0005); None without runs."""
     with Session(engine) as session:
         runs = session.scalars(
             select(SuiteRun).where(SuiteRun.suite == suite).order_by(SuiteRun.id.desc())

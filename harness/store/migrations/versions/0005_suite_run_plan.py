@@ -1,15 +1,15 @@
 """suite runs record the keys of the suite's planned trials, so the leaderboard ranks the
 current plan and not trials of an older config or package version
 
-Revision ID: 0004_suite_run_plan
-Revises: 0003_example_outcomes
+Revision ID: 0005_suite_run_plan
+Revises: 0004_nightly_alerts
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004_suite_run_plan"
-down_revision = "0003_example_outcomes"
+revision = "0005_suite_run_plan"
+down_revision = "0004_nightly_alerts"
 
 
 def upgrade() -> None:
