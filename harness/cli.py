@@ -149,10 +149,10 @@ def run(
     console.print(
         f"{suite.suite}: {len(trials)} trials, {len(trials) - len(todo)} stored, {len(todo)} to run"
     )
+    from harness.ranking.suite import declared_ranking
+
     keys = [t.key for t in planned]
-    ranking = {"baseline": suite.baseline, **suite.rank.model_dump(mode="json")}
-    ranking |= {"models": list(suite.models)}
-    ranking["expect"] = [claim.model_dump(mode="json") for claim in suite.expect]
+    ranking = declared_ranking(suite)
     if todo:
         from harness.runner.local import run_local
 

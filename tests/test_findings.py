@@ -21,6 +21,7 @@ from benchmarks.fake_results import fake_result, store
 from harness.cli import app
 from harness.ranking.findings import Finding, findings
 from harness.ranking.outcomes import TrialOutcome
+from harness.ranking.suite import declared_ranking
 from harness.runner.plan import plan_suite
 from harness.spec import SuiteError, load_suite
 from harness.spec.schema import Claim
@@ -247,10 +248,7 @@ def test_rank_adds_a_findings_block(tmp_path: Path) -> None:
 
 def record_claims(suite: Path) -> None:
     """Record the suite's ranking (with its claims) on its stored run, as `layerbench run` does."""
-    loaded = load_suite(suite)
-    ranking = {"baseline": loaded.baseline, **loaded.rank.model_dump(mode="json")}
-    ranking |= {"models": list(loaded.models)}
-    ranking["expect"] = [claim.model_dump(mode="json") for claim in loaded.expect]
+    ranking = declared_ranking(load_suite(suite))
     with Session(make_engine(os.environ["LAYERBENCH_DB"])) as session, session.begin():
         session.execute(update(SuiteRun).values(ranking=ranking))
 

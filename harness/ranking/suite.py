@@ -51,6 +51,17 @@ def plan_of(suite: Suite) -> RankPlan:
     )
 
 
+def declared_ranking(suite: Suite) -> dict[str, Any]:
+    """What a suite run records of how to rank the suite (read back by `recorded`): the
+    baseline, the `rank` section, the models in suite order and the `expect` claims."""
+    return {
+        "baseline": suite.baseline,
+        **suite.rank.model_dump(mode="json"),
+        "models": list(suite.models),
+        "expect": [claim.model_dump(mode="json") for claim in suite.expect],
+    }
+
+
 def recorded(engine: Engine, suite: str) -> RankPlan:
     """The plan the suite's latest run recorded (every stored trial if no run recorded one)."""
     found = recorded_plan(engine, suite)
