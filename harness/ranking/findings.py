@@ -32,8 +32,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from harness.ranking.groups import build_group, compare
-from harness.ranking.outcomes import TrialOutcome, Tuning, select_tuned
+from harness.ranking.groups import Group, build_group
+from harness.ranking.outcomes import Direction, TrialOutcome, Tuning, select_tuned
 from harness.ranking.stats import holm, row_stds, seeds_needed, t_ci
 from harness.registry import METRICS
 from harness.spec.schema import Claim
@@ -150,6 +150,8 @@ def _checks(
     models: Sequence[str],
 ) -> list[_Pending]:
     than = claim.than or baseline
+    if than is None:  # a suite without a baseline names `than` (validated)
+        return []
     metric = claim.metric or default_metric
     direction = METRICS.get(metric).direction
     pair = [o for o in tuned if o.method in (claim.method, than)]
@@ -167,7 +169,7 @@ def _checks(
 
 
 def _pending(
-    index: int, claim: Claim, group: Any, than: str | None, direction: str, alpha: float
+    index: int, claim: Claim, group: Group, than: str, direction: Direction, alpha: float
 ) -> _Pending:
     i, j = group.methods.index(claim.method), group.methods.index(than)
     both = ~np.isnan(group.values[i]) & ~np.isnan(group.values[j])
@@ -179,10 +181,7 @@ def _pending(
     )
     n = int(both.sum())
     low, high = (float(x[0]) for x in t_ci(diffs)) if n >= 2 else (np.nan, np.nan)
-    p = None
-    if n >= 2:
-        p_values, _ = compare(group, np.array([i]), np.array([j]), direction)[2:]
-        p = float(p_values[0])
+    p = float(group.test(group.values[i], group.values[j])[0]) if n >= 2 else None
     delta = float(np.nanmean(diffs)) if n else None
     sd = float(row_stds(diffs)[0]) if n >= 2 else np.nan
     favours = (
