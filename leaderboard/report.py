@@ -56,7 +56,9 @@ def write_report(engine: Engine, suite: Suite, out: Path) -> Path:
     """Write `out/report.md` and `out/figures/*.png`; returns the markdown file."""
     ranking = rank_suite(engine, suite)
     if ranking is None:
-        raise ReportError(f"no stored results for suite '{suite.suite}'")
+        raise ReportError(
+            f"no stored results for suite '{suite.suite}': run it with `layerbench run`"
+        )
     figures = [f for group in groups(ranking) for f in group_figures(engine, ranking, *group)]
     if ranking.findings:
         figures.append(findings_figure(ranking.findings))

@@ -297,3 +297,10 @@ def test_report_writes_markdown_and_non_trivial_figures(tmp_path: Path) -> None:
         with Image.open(path) as image:
             assert image.format == "PNG" and image.width >= 800 and image.height >= 150
             assert len(image.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 10  # not blank
+
+
+def test_report_without_results_is_one_clear_error(tmp_path: Path) -> None:
+    suite = claims_suite(tmp_path, "  - {method: post-ln, direction: worse, source: x}\n")
+    done = runner.invoke(app, ["report", str(suite), "--out", str(tmp_path / "out")])
+    assert done.exit_code == 2
+    assert "no stored results for suite 'tiny'" in done.output and "Traceback" not in done.output
