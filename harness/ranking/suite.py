@@ -66,9 +66,12 @@ def recorded(engine: Engine, suite: str) -> RankPlan:
     """The plan the suite's latest run recorded (every stored trial if no run recorded one)."""
     found = recorded_plan(engine, suite)
     ranking, keys = found if found else ({}, None)
-    recorded_only = ("baseline", "expect", "models")
-    spec = RankSpec.model_validate({k: v for k, v in ranking.items() if k not in recorded_only})
-    claims = tuple(Claim.model_validate(claim) for claim in ranking.get("expect", []))
+    # fields of the `rank` section this version knows (a run of another version may differ)
+    spec = RankSpec.model_validate({k: v for k, v in ranking.items() if k in RankSpec.model_fields})
+    claims = tuple(
+        Claim.model_validate({k: v for k, v in claim.items() if k in Claim.model_fields})
+        for claim in ranking.get("expect", [])
+    )
     models = tuple(ranking.get("models", ()))
     warnings: tuple[str, ...] = ()
     if keys is None:

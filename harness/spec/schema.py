@@ -41,6 +41,7 @@ class NormSpec(StrictModel):
     type: str = "layernorm"
     qk_norm: bool = False
     final_norm: bool | None = None  # None: the placement's own default
+    embed_norm: bool | None = None  # a norm of the embeddings; None: the placement's default
     eps: PositiveFloat = 1e-5
 
 
