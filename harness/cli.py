@@ -20,6 +20,7 @@ from harness.store.queries import stored_outcomes, trial_statuses, unlogged_coun
 
 if TYPE_CHECKING:
     from harness.ranking import Ranking
+    from harness.runner.results import TrialResult
 
 app = typer.Typer(
     help="LayerBench: benchmark layerwise deep-learning methods.",
@@ -119,8 +120,17 @@ def run(
     force: Annotated[bool, typer.Option(help="Rerun trials that already have a result.")] = False,
     retry_failed: Annotated[bool, typer.Option(help="Rerun failed and timed-out trials.")] = False,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Do not log to MLflow.")] = False,
+    backend: Annotated[str, typer.Option(help="local (processes here) or ray.")] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).")
+    ] = None,
+    ray_max_retries: Annotated[
+        int, typer.Option(min=0, help="Ray retries of a trial whose worker died.")
+    ] = 1,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
+    if backend not in ("local", "ray"):
+        raise fail(f"--backend must be local or ray (got '{backend}')")
     suite = load(suite_path)
     trials = only_filter(plan_suite(suite), only)
     engine = open_db(db)
@@ -137,8 +147,6 @@ def run(
         f"{suite.suite}: {len(trials)} trials, {len(trials) - len(todo)} stored, {len(todo)} to run"
     )
     if todo:
-        from harness.runner.local import run_local
-
         if uses_hub_models(suite):
             offline_unless_hub_reachable()
 
@@ -154,12 +162,34 @@ def run(
                 else None,
             )
             with RichProgress(len(todo)) as progress:
-                results = run_local(todo, ledger, workers, progress)
+                if backend == "ray":
+                    retries = ray_max_retries
+                    results = run_on_ray(todo, ledger, suite, ray_address, retries, progress)
+                else:
+                    from harness.runner.local import run_local
+
+                    results = run_local(todo, ledger, workers, progress)
             record.n_ran = len(results)
     print_ranking(build_ranking(suite, trials, engine))
     final = trial_statuses(engine, [t.key for t in trials])
     if any(status in FAILED for status in final.values()):
         raise typer.Exit(1)
+
+
+def run_on_ray(
+    todo: list[PlannedTrial],
+    ledger: StoreLedger,
+    suite: Suite,
+    address: str | None,
+    max_retries: int,
+    progress: RichProgress,
+) -> dict[str, TrialResult]:
+    from harness.runner.ray_backend import RayUnavailableError, run_ray
+
+    try:
+        return run_ray(todo, ledger, address, suite.resources, max_retries, progress)
+    except RayUnavailableError as error:
+        raise fail(str(error)) from None
 
 
 def uses_hub_models(suite: Suite) -> bool:
