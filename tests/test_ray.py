@@ -169,3 +169,25 @@ def test_a_ray_and_a_local_driver_on_postgresql_never_run_a_trial_twice(
     assert len(stored) == 6
     assert all(t.status == "done" and t.attempts == 1 for t in stored.values())
     assert sum(output.count("    done ") for output in outputs) == 6, outputs
+
+
+def test_trial_resources_follow_the_device_unless_the_suite_sets_them() -> None:
+    from harness.runner.ray_backend import trial_resources
+    from harness.spec.schema import ResourcesSpec
+
+    unset = ResourcesSpec()
+    assert trial_resources("cpu", unset, cluster_gpus=4) == (1.0, 0.0)
+    assert trial_resources("cuda:1", unset, cluster_gpus=4) == (1.0, 1.0)
+    assert trial_resources("auto", unset, cluster_gpus=0) == (1.0, 0.0)
+    assert trial_resources("auto", unset, cluster_gpus=2) == (1.0, 1.0)
+    assert trial_resources("cuda", ResourcesSpec(cpus=8, gpus=0.5), 4) == (8.0, 0.5)
+
+
+def test_an_unknown_backend_is_invalid_input(tiny_suite: Path) -> None:
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    ran = CliRunner().invoke(app, ["run", str(tiny_suite), "--backend", "spark"])
+    assert ran.exit_code == 2
+    assert "--backend must be local or ray" in ran.output
