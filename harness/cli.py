@@ -120,7 +120,9 @@ def run(
     force: Annotated[bool, typer.Option(help="Rerun trials that already have a result.")] = False,
     retry_failed: Annotated[bool, typer.Option(help="Rerun failed and timed-out trials.")] = False,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Do not log to MLflow.")] = False,
-    backend: Annotated[str, typer.Option(help="local (processes here) or ray.")] = "local",
+    backend: Annotated[
+        str, typer.Option(help="local (--workers processes here) or ray (as the cluster allows).")
+    ] = "local",
     ray_address: Annotated[
         str | None, typer.Option(help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).")
     ] = None,

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -335,7 +336,13 @@ def test_a_suite_logs_one_mlflow_run_per_trial_to_the_server_and_the_trial_page_
 
 
 @pytest.mark.slow
-def test_ray_head_service_takes_a_driver_with_the_token(deployment: Deployment) -> None:
+def test_ray_head_service_takes_a_driver_with_the_token(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ray's files (and the address file that a later `ray.init()` would join) under a short
+    # directory of this test's own, not /tmp/ray
+    ray_dir = Path(tempfile.mkdtemp(prefix="ray-"))
+    monkeypatch.setenv("RAY_TMPDIR", str(ray_dir))
     head = deployment.start("ray-head", deployment.artifacts.parent / "ray-head.log")
     address = f"127.0.0.1:{deployment.variables['RAY_PORT']}"
     probe = "import ray, sys; ray.init(address=sys.argv[1]); print(ray.cluster_resources())"
@@ -352,6 +359,7 @@ def test_ray_head_service_takes_a_driver_with_the_token(deployment: Deployment) 
     assert joined.returncode == 0, joined.stderr[-2000:]
     assert "CPU" not in joined.stdout  # the head runs no trial (--num-cpus=0): workers do
     stop(head, grace_s=5)
+    shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 @pytest.mark.slow

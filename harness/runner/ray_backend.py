@@ -54,8 +54,7 @@ class Submitted:
     last_heartbeat: float = field(default_factory=time.monotonic)
 
 
-def connect(address: str | None) -> Any:
-    """Join the cluster at `address`, or start a local Ray with this machine's cores."""
+def import_ray() -> Any:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         import ray
@@ -63,12 +62,17 @@ def connect(address: str | None) -> Any:
         raise RayUnavailableError(
             "--backend ray needs Ray: pip install 'layerbench[ray]'"
         ) from None
-    if not ray.is_initialized():
-        try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as error:
-            raise RayUnavailableError(f"cannot reach the Ray cluster {address}: {error}") from None
     return ray
+
+
+def connect(ray: Any, address: str | None) -> None:
+    """Join the cluster at `address` (else $RAY_ADDRESS, else a Ray already started on this
+    machine), or start a local Ray with this machine's cores."""
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as error:
+        where = address or os.environ.get("RAY_ADDRESS") or "on this machine"
+        raise RayUnavailableError(f"cannot reach the Ray cluster {where}: {error}") from None
 
 
 def trial_resources(
@@ -107,7 +111,26 @@ def run_ray(
     progress: Progress | None = None,
 ) -> dict[str, TrialResult]:
     """Run every trial the ledger lets this driver claim on Ray; returns results by trial key."""
-    ray = connect(address)
+    ray = import_ray()
+    joined = not ray.is_initialized()
+    if joined:
+        connect(ray, address)
+    try:
+        return drive(ray, trials, ledger, resources, max_retries, progress)
+    finally:
+        if joined:
+            ray.shutdown()
+
+
+def drive(
+    ray: Any,
+    trials: Iterable[PlannedTrial],
+    ledger: RetryLedger,
+    resources: ResourcesSpec | None,
+    max_retries: int,
+    progress: Progress | None,
+) -> dict[str, TrialResult]:
+    """Claim, submit, collect: at most as many trials in flight as the cluster has CPUs."""
     from ray.util.queue import Queue
 
     progress = progress or SilentProgress()
@@ -132,10 +155,10 @@ def run_ray(
                 active[ref] = Submitted(trial)
                 progress.started(trial)
             done, _ = ray.wait(list(active), num_returns=1, timeout=POLL_S)
+            note_starts(starts, active, ledger)  # first: a retried trial may also be done
             for ref in done:
                 record(active[ref].trial, outcome(ray, ref), ledger, progress, results)
                 del active[ref]
-            note_starts(starts, active, ledger)
             keep_alive(ray, active, ledger, progress, results)
     finally:
         ray.kill(starts.actor)
