@@ -126,8 +126,8 @@ def run(
     ray_address: Annotated[
         str | None, typer.Option(help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).")
     ] = None,
-    ray_max_retries: Annotated[
-        int, typer.Option(min=0, help="Ray retries of a trial whose worker died.")
+    retries: Annotated[
+        int, typer.Option("--ray-max-retries", min=0, help="Ray retries of a dead worker.")
     ] = 1,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
@@ -165,7 +165,6 @@ def run(
             )
             with RichProgress(len(todo)) as progress:
                 if backend == "ray":
-                    retries = ray_max_retries
                     results = run_on_ray(todo, ledger, suite, ray_address, retries, progress)
                 else:
                     from harness.runner.local import run_local
