@@ -42,6 +42,7 @@ class NormSpec(StrictModel):
     type: str = "layernorm"
     qk_norm: bool = False
     final_norm: bool | None = None  # None: the placement's own default
+    embed_norm: bool | None = None  # a norm of the embeddings; None: the placement's default
     eps: PositiveFloat = 1e-5
 
 
@@ -163,6 +164,17 @@ class RankSpec(StrictModel):
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
 
 
+class RegressionSpec(StrictModel):
+    """How `layerbench nightly` flags a change (SPEC 11, docs/nightly.md)."""
+
+    metrics: list[str] = []  # the metrics watched; empty: `rank.metric`
+    window: PositiveInt = 14  # earlier nightly runs on the same host class in the baseline
+    tolerance: PositiveFloat = 0.02  # the smallest change that matters
+    tolerance_kind: Literal["relative", "absolute"] = "relative"  # of the window's mean, or units
+    z: PositiveFloat = 4.0  # outside the window's mean +- z sigma (Conbench)
+    confirm: PositiveInt = 2  # consecutive flagged runs that confirm a change (PyTorch HUD)
+
+
 class TrackingSpec(StrictModel):
     mlflow: bool = True
 
@@ -188,7 +200,7 @@ class Suite(StrictModel):
     matrix: list[MatrixEntry] | None = None
     baseline: str | None = None
     rank: RankSpec = RankSpec()
-    regression: dict[str, PositiveFloat] = {}
+    regression: RegressionSpec = RegressionSpec()
     tracking: TrackingSpec = TrackingSpec()
     resources: ResourcesSpec = ResourcesSpec()
     plugins: list[str] = []
