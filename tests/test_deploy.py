@@ -362,12 +362,41 @@ def test_ray_head_service_takes_a_driver_with_the_token(
     shutil.rmtree(ray_dir, ignore_errors=True)
 
 
+NIGHTLY_SUITE = """\
+cadence: nightly
+"""
+
+
 @pytest.mark.slow
-def test_scheduler_service_command_runs(deployment: Deployment) -> None:
-    command = deployment.command("scheduler")
-    known = subprocess.run(
-        [*command[:2], "--help"], env=deployment.environment("scheduler"), capture_output=True
+def test_scheduler_service_runs_a_nightly_run_and_stops_on_sigterm(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    suite = write_suite(suites, "pre-ln: {}", steps=10, eval_every=10, extra=NIGHTLY_SUITE)
+    suite.write_text(suite.read_text().replace("suite: tiny", "suite: nightly-tiny"))
+    image_only = {  # the image's suites and reports folders, here
+        "/opt/layerbench/suites": str(suites),
+        "--reports=/reports": f"--reports={tmp_path / 'reports'}",
+    }
+    command = [image_only.get(arg, arg) for arg in deployment.command("scheduler")]
+    log = tmp_path / "scheduler.log"
+    scheduler = subprocess.Popen(
+        [*command, "--now"],  # once right away, then wait for the cron time
+        env=deployment.environment("scheduler"),
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
-    if known.returncode != 0:
-        pytest.skip("`layerbench schedule` is not built yet (the nightly issue)")
-    assert command[1:4] == ["schedule", "--cron", "0 2 * * *"]
+    deadline = time.monotonic() + 240
+    while "nightly run finished" not in log.read_text():
+        assert scheduler.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.5)
+    scheduler.send_signal(signal.SIGTERM)
+    assert scheduler.wait(timeout=60) == 0, log.read_text()
+    assert "nightly run finished with exit code 0" in log.read_text()
+    assert "schedule stopped" in log.read_text()
+    assert list((tmp_path / "reports").iterdir())
+    stored = trials_by_key(deployment.environment("scheduler")["LAYERBENCH_DB"])
+    assert [t.status for t in stored.values() if t.suite == "nightly-tiny"] == ["done"] * 2
