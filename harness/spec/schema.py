@@ -151,17 +151,30 @@ class MatrixEntry(StrictModel):
 
 
 class TargetSpec(StrictModel):
+    """A value of `metric` to reach: one for every task, or a map task -> value (AlgoPerf)."""
+
     metric: str
-    value: float
+    value: float | dict[str, float]
 
 
 class RankSpec(StrictModel):
+    """How the suite is ranked (harness/ranking): metric, tuning, intervals, overall order."""
+
     metric: str = "val_loss"
+    tune_metric: str | None = None  # None: `metric`; pick sweep points on a held-out metric
+    tuning: Literal["per_method", "per_seed"] = "per_method"
+    ci: Literal["t", "bootstrap", "bca"] = "t"
     aggregate: Literal["mean_win_rate", "performance_profile", "mean_rank", "normalized"] = (
         "mean_win_rate"
     )
     target: TargetSpec | None = None
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def profile_needs_target(self) -> RankSpec:
+        if self.aggregate == "performance_profile" and self.target is None:
+            raise ValueError("aggregate performance_profile needs a `target`")
+        return self
 
 
 class RegressionSpec(StrictModel):

@@ -313,9 +313,15 @@ def result_rows(trial_id: int, result: TrialResult) -> Iterator[Any]:
 
 @contextmanager
 def suite_run(
-    engine: Engine, suite: str, cadence: str, n_planned: int, ranking: dict[str, Any] | None
+    engine: Engine,
+    suite: str,
+    cadence: str,
+    n_planned: int,
+    ranking: dict[str, Any] | None,
+    trial_keys: list[str] | None = None,
 ) -> Iterator[SuiteRun]:
-    """Record one invocation on a suite: start, end, host, commit, how to rank, trials ran."""
+    """Record one invocation on a suite: start, end, host, commit, how to rank, trials ran, and
+    the keys of its planned trials (what `harness.ranking.suite` ranks)."""
     with Session(engine, expire_on_commit=False) as session, session.begin():
         run = SuiteRun(
             suite=suite,
@@ -326,6 +332,7 @@ def suite_run(
             n_planned=n_planned,
             n_ran=0,
             ranking=ranking,
+            trial_keys=trial_keys,
         )
         session.add(run)
     try:
