@@ -12,11 +12,17 @@ from sqlalchemy import Engine
 
 from harness.cache import offline_unless_hub_reachable
 from harness.console import RichProgress, console, errors
+from harness.records import ACTIVE_STATUSES, FAILED_STATUSES, PlannedTrial
 from harness.registry import FAMILIES, MODELS, TASKS, RegistryError
-from harness.runner.plan import PlannedTrial, plan_suite
+from harness.runner.plan import plan_suite
 from harness.spec import Suite, SuiteError, load_suite
 from harness.store.db import DatabaseError, StoreLedger, open_database, suite_run
-from harness.store.queries import stored_outcomes, trial_statuses, unlogged_count
+from harness.store.queries import (
+    status_counts,
+    stored_outcomes,
+    trial_statuses,
+    unlogged_count,
+)
 
 if TYPE_CHECKING:
     from harness.ranking import Ranking
@@ -36,7 +42,6 @@ SuiteArg = Annotated[Path, typer.Argument(help="A suite YAML file.")]
 DbOption = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL (default: $LAYERBENCH_DB or sqlite)")
 ]
-FAILED = ("failed", "timeout")
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -158,7 +163,7 @@ def run(
             record.n_ran = len(results)
     print_ranking(build_ranking(suite, trials, engine))
     final = trial_statuses(engine, [t.key for t in trials])
-    if any(status in FAILED for status in final.values()):
+    if any(status in FAILED_STATUSES for status in final.values()):
         raise typer.Exit(1)
 
 
@@ -170,9 +175,9 @@ def uses_hub_models(suite: Suite) -> bool:
 
 
 def runnable(status: str | None, retry_failed: bool) -> bool:
-    if status is None or status in ("pending", "running"):
+    if status is None or status in ACTIVE_STATUSES:
         return True
-    return retry_failed and status in FAILED
+    return retry_failed and status in FAILED_STATUSES
 
 
 def build_ranking(
@@ -248,18 +253,10 @@ def rank_command(
 @app.command()
 def status(db: DbOption = None) -> None:
     """Trials stored per suite and status."""
-    from sqlalchemy import func, select
-    from sqlalchemy.orm import Session
-
-    from harness.store.models import Trial
-
-    with Session(open_db(db)) as session:
-        rows = session.execute(
-            select(Trial.suite, Trial.status, func.count()).group_by(Trial.suite, Trial.status)
-        ).all()
+    rows = status_counts(open_db(db))
     if not rows:
         console.print("no trials stored")
-    for suite, trial_status, count in sorted(rows):
+    for suite, trial_status, count in rows:
         console.print(f"{suite:<30} {trial_status:<9} {count}")
 
 

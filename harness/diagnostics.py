@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.runner.results import LayerStat
+from harness.records import LayerStat
 from harness.tasks.base import Task
 
 BATCH_SEED = 0

@@ -8,10 +8,10 @@ from collections.abc import Iterable, Mapping
 import pandas as pd
 
 from harness.ranking import Ranking, RankRow, TrialOutcome
+from harness.records import FAILED_STATUSES
 from leaderboard.data import RunInfo
 
 MARKS = {"better": "▲ better", "worse": "▼ worse", "tie": "= tie", "baseline": "baseline"}
-FAILED_STATUSES = ("failed", "timeout")
 
 ROW_COLUMNS = [
     "task",

@@ -16,8 +16,8 @@ from torch import Tensor
 
 from harness.diagnostics import StepProbe, hidden_state_stats, peak_activation
 from harness.models.gpt import GPT, GPTSpec, build_gpt, rope_tables
-from harness.runner.plan import PlannedTrial, plan_suite
-from harness.runner.results import LayerStat, TrialResult
+from harness.records import LayerStat, PlannedTrial, TrialResult
+from harness.runner.plan import plan_suite
 from harness.runner.trial import Clock, Trial, build, prepare, train
 from harness.spec import load_suite
 from harness.spec.schema import NormSpec

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 
 from benchmarks.fake_results import fake_result, planned, store
 from harness.cli import app as cli
-from harness.runner.plan import PlannedTrial, plan_suite
-from harness.runner.results import TrialResult
+from harness.records import PlannedTrial, TrialResult
+from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.db import make_engine, upgrade
 from harness.store.models import Result, Trial

@@ -8,30 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
+from harness.env import package_versions
+from harness.records import PlannedTrial
 from harness.registry import MODELS, TASKS, Registry
-from harness.runner.env import package_versions
-from harness.spec.resolve import trial_settings
+from harness.spec.resolve import matrix_cells, trial_settings
 from harness.spec.schema import Suite
-
-
-@dataclass(frozen=True)
-class PlannedTrial:
-    key: str
-    suite: str
-    method: str
-    model: str
-    task: str
-    seed: int
-    sweep: dict[str, Any]
-    config: dict[str, Any]
-
-    @property
-    def label(self) -> str:
-        point = ",".join(f"{k}={v}" for k, v in self.sweep.items())
-        return f"{self.method}{f'[{point}]' if point else ''}/{self.model}/{self.task}/s{self.seed}"
 
 
 def canonical(value: Any) -> str:
@@ -47,21 +30,6 @@ def trial_key(identity: dict[str, Any], config: dict[str, Any], fingerprint: str
         "data": fingerprint,
     }
     return hashlib.sha256(canonical(payload).encode()).hexdigest()
-
-
-def matrix_cells(suite: Suite) -> list[tuple[str, str, str]]:
-    """(method, model, task) for every cell of the matrix, in suite order, without repeats."""
-    entries = suite.matrix or [
-        {"methods": list(suite.methods), "models": list(suite.models), "tasks": list(suite.tasks)}
-    ]
-    cells: dict[tuple[str, str, str], None] = {}
-    for entry in entries:
-        spec = entry if isinstance(entry, dict) else entry.model_dump()
-        for method in spec["methods"]:
-            for model in spec["models"]:
-                for task in spec["tasks"]:
-                    cells[(method, model, task)] = None
-    return list(cells)
 
 
 def plan_suite(suite: Suite) -> list[PlannedTrial]:

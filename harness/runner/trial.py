@@ -25,12 +25,12 @@ from torch import nn
 
 from harness.cache import DataMissingError
 from harness.diagnostics import StepProbe, diagnostic_inputs, hidden_state_stats
+from harness.env import cpu_model, git_commit, package_versions
 from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
+from harness.records import LayerStat, SeriesPoint, Status, TrialResult
 from harness.registry import MODELS, SCHEDULES, TASKS
-from harness.runner.env import cpu_model, git_commit, package_versions
 from harness.runner.posttrain import compress
-from harness.runner.results import LayerStat, SeriesPoint, Status, TrialResult
 from harness.spec.schema import TrialSettings
 from harness.tasks.base import Batch, Task
 from harness.tasks.corpora import ModelTokenizer

@@ -35,7 +35,7 @@ from harness.spec.loader import (
     read_yaml,
     unknown_name_problem,
 )
-from harness.spec.resolve import ResolveError, trial_settings
+from harness.spec.resolve import ResolveError, matrix_cells, trial_settings
 from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec, Suite, TrialSettings
 
 CORE_FIELDS = {"norm": NormSpec.model_fields, "optimizer": OptimizerSpec.model_fields}
@@ -116,8 +116,6 @@ def check_references(suite: Suite, locator: Locator) -> Iterator[Problem]:
 
 def check_combinations(suite: Suite, locator: Locator) -> Iterator[Problem]:
     """Pairs that cannot run: training a pretrained model, evaluating an untrained one."""
-    from harness.runner.plan import matrix_cells
-
     reported: set[tuple[str, ...]] = set()
     for method, model, task in matrix_cells(suite):
         if method not in suite.methods or model not in suite.models or task not in suite.tasks:

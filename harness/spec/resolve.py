@@ -96,3 +96,18 @@ def trial_settings(suite: Suite, name: str) -> list[tuple[dict[str, Any], TrialS
         (point, TrialSettings.model_validate(with_point(settings, point)))
         for point in sweep_points(sweep)
     ]
+
+
+def matrix_cells(suite: Suite) -> list[tuple[str, str, str]]:
+    """(method, model, task) for every cell of the matrix, in suite order, without repeats."""
+    entries = suite.matrix or [
+        {"methods": list(suite.methods), "models": list(suite.models), "tasks": list(suite.tasks)}
+    ]
+    cells: dict[tuple[str, str, str], None] = {}
+    for entry in entries:
+        spec = entry if isinstance(entry, dict) else entry.model_dump()
+        for method in spec["methods"]:
+            for model in spec["models"]:
+                for task in spec["tasks"]:
+                    cells[(method, model, task)] = None
+    return list(cells)

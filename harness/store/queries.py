@@ -9,20 +9,19 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+from harness.records import FINAL_STATUSES
 from harness.store.models import MetricPoint, Result, Trial
+from harness.utils import chunks
 
 CHUNK = 500
 
 
 def trial_statuses(engine: Engine, keys: Iterable[str]) -> dict[str, str]:
     """Stored status by trial key (keys never stored are absent)."""
-    keys = list(keys)
     found: dict[str, str] = {}
     with Session(engine) as session:
-        for start in range(0, len(keys), CHUNK):
-            rows = session.execute(
-                select(Trial.key, Trial.status).where(Trial.key.in_(keys[start : start + CHUNK]))
-            )
+        for chunk in chunks(keys, CHUNK):
+            rows = session.execute(select(Trial.key, Trial.status).where(Trial.key.in_(chunk)))
             found.update({row.key: row.status for row in rows})
     return found
 
@@ -34,9 +33,18 @@ def unlogged_count(engine: Engine, suite: str) -> int:
             select(func.count()).where(
                 Trial.suite == suite,
                 Trial.mlflow_run_id.is_(None),
-                Trial.status.in_(["done", "diverged", "failed", "timeout"]),
+                Trial.status.in_(FINAL_STATUSES),
             )
         )
+
+
+def status_counts(engine: Engine) -> list[tuple[str, str, int]]:
+    """(suite, status, number of trials) for every stored suite and status, sorted."""
+    with Session(engine) as session:
+        rows = session.execute(
+            select(Trial.suite, Trial.status, func.count()).group_by(Trial.suite, Trial.status)
+        )
+        return sorted((suite, status, count) for suite, status, count in rows)
 
 
 OUTCOME_COLUMNS = (
@@ -59,14 +67,13 @@ def stored_outcomes(
 
     Only the columns ranking needs are read (not configs or environments), so a leaderboard
     of thousands of trials loads quickly."""
-    keys = list(keys)
     records = []
     with Session(engine) as session:
-        for start in range(0, len(keys), CHUNK):
+        for chunk in chunks(keys, CHUNK):
             trials = session.execute(
                 select(*OUTCOME_COLUMNS).where(
-                    Trial.key.in_(keys[start : start + CHUNK]),
-                    Trial.status.in_(["done", "diverged", "failed", "timeout"]),
+                    Trial.key.in_(chunk),
+                    Trial.status.in_(FINAL_STATUSES),
                 )
             ).all()
             metrics: dict[int, dict[str, float]] = defaultdict(dict)

@@ -7,14 +7,9 @@ from collections import Counter
 import streamlit as st
 
 from harness.ranking import Ranking, TrialOutcome
+from harness.records import FAILED_STATUSES
 from leaderboard.state import Context, board, current
-from leaderboard.tables import (
-    FAILED_STATUSES,
-    all_failed,
-    rows_frame,
-    status_counts,
-    summary_frame,
-)
+from leaderboard.tables import all_failed, rows_frame, status_counts, summary_frame
 
 NUMBER = st.column_config.NumberColumn
 ROW_FORMATS = {

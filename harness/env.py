@@ -1,13 +1,16 @@
-"""Facts about the software and machine a trial ran on (cheap: no torch import)."""
+"""Facts about the software and machine a trial ran on, and where results are tracked
+(cheap: no torch import)."""
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 
 RESULT_CHANGING_PACKAGES = ("layerbench", "torch", "transformers", "lm-eval")
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 
 @cache
@@ -44,3 +47,8 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def tracking_uri(uri: str | None = None) -> str:
+    """The MLflow tracking URI: `uri`, else $MLFLOW_TRACKING_URI, else a local SQLite file."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
