@@ -13,7 +13,14 @@ from sqlalchemy import Engine
 from harness.cache import offline_unless_hub_reachable
 from harness.console import RichProgress, console, errors
 from harness.records import ACTIVE_STATUSES, FAILED_STATUSES, PlannedTrial
-from harness.registry import FAMILIES, MODELS, TASKS, RegistryError
+from harness.registry import (
+    FAMILIES,
+    MODELS,
+    TASKS,
+    EvalTaskEntry,
+    PretrainedModelEntry,
+    RegistryError,
+)
 from harness.runner.plan import plan_suite
 from harness.spec import Suite, SuiteError, load_suite
 from harness.store.db import DatabaseError, StoreLedger, open_database, suite_run
@@ -170,8 +177,8 @@ def run(
 def uses_hub_models(suite: Suite) -> bool:
     """Does the suite load pretrained models or lm-eval tasks (which may reach the hub)?"""
     return any(
-        MODELS.entry(m["type"]).meta.get("pretrained") for m in suite.models.values()
-    ) or any(TASKS.entry(t["type"]).meta.get("eval_only") for t in suite.tasks.values())
+        isinstance(MODELS.entry(m["type"]), PretrainedModelEntry) for m in suite.models.values()
+    ) or any(isinstance(TASKS.entry(t["type"]), EvalTaskEntry) for t in suite.tasks.values())
 
 
 def runnable(status: str | None, retry_failed: bool) -> bool:

@@ -8,7 +8,9 @@ import platform
 import subprocess
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
+CUDA_DRIVER = Path("/proc/driver/nvidia/gpus")
 RESULT_CHANGING_PACKAGES = ("layerbench", "torch", "transformers", "lm-eval")
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -52,3 +54,14 @@ def cpu_model() -> str:
 def tracking_uri(uri: str | None = None) -> str:
     """The MLflow tracking URI: `uri`, else $MLFLOW_TRACKING_URI, else a local SQLite file."""
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+@cache
+def cuda_available() -> bool:
+    """Whether `device: auto` will find a CUDA GPU, answered without importing torch: an NVIDIA
+    driver lists a GPU, CUDA_VISIBLE_DEVICES does not hide them all, and torch is a CUDA build."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    has_gpu = CUDA_DRIVER.is_dir() and any(CUDA_DRIVER.iterdir())
+    return has_gpu and "+cpu" not in package_versions().get("torch", "+cpu")

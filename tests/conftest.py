@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import textwrap
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +48,12 @@ def write_suite(
     )
     path.write_text(body + extra)
     return path
+
+
+@pytest.fixture(name="write_suite")
+def write_suite_fixture() -> Callable[..., Path]:
+    """`write_suite(directory, methods, steps=20, eval_every=10, extra="")` as a fixture."""
+    return write_suite
 
 
 @pytest.fixture

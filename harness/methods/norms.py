@@ -16,11 +16,7 @@ import math
 from typing import Literal
 
 import torch
-from pydantic import PositiveFloat
 from torch import Tensor, nn
-
-from harness.registry import NORM_TYPES
-from harness.spec.schema import ParamsModel
 
 NormRole = Literal["attn", "mlp", "final"]
 
@@ -45,13 +41,11 @@ def llm_alpha_init(width: int, role: NormRole) -> float:
     return attn if role == "attn" else other
 
 
-@NORM_TYPES.register("layernorm")
 def layernorm(dim: int, role: NormRole, eps: float) -> nn.Module:
     """LayerNorm: (x - mean) / sqrt(var + eps) * g + b (Ba et al., 2016, "Layer Normalization")."""
     return nn.LayerNorm(dim, eps=eps)
 
 
-@NORM_TYPES.register("rmsnorm")
 def rmsnorm(dim: int, role: NormRole, eps: float) -> nn.Module:
     """RMSNorm: x / sqrt(mean(x^2) + eps) * g (Zhang & Sennrich, 2019, "Root Mean Square LN")."""
     return nn.RMSNorm(dim, eps=eps)
@@ -85,22 +79,11 @@ class DynamicErf(PointwiseNorm):
         return self.weight * torch.erf(self.alpha * x + self.shift) + self.bias
 
 
-class DyTParams(ParamsModel):
-    alpha_init: PositiveFloat | None = None
-    """alpha_0 of every norm; None: the papers' language-model rule (`llm_alpha_init`)."""
-
-
-class DerfParams(DyTParams):
-    shift_init: float = 0.0
-
-
-@NORM_TYPES.register("dyt", params=DyTParams, scale_embeddings=True)
 def dyt(dim: int, role: NormRole, eps: float, alpha_init: float | None) -> nn.Module:
     """DyT: gamma tanh(alpha x) + beta (Zhu et al., 2025, "Transformers without Normalization")."""
     return DynamicTanh(dim, llm_alpha_init(dim, role) if alpha_init is None else alpha_init)
 
 
-@NORM_TYPES.register("derf", params=DerfParams, scale_embeddings=True)
 def derf(
     dim: int, role: NormRole, eps: float, alpha_init: float | None, shift_init: float
 ) -> nn.Module:
@@ -121,7 +104,6 @@ class ScaleNorm(nn.Module):
         return x * (self.scale / x.norm(dim=-1, keepdim=True).clamp(min=self.eps))
 
 
-@NORM_TYPES.register("scalenorm")
 def scalenorm(dim: int, role: NormRole, eps: float) -> nn.Module:
     """ScaleNorm: g x / ||x||, g = sqrt(d) at init (Nguyen & Salazar, 2019, arXiv:1910.05895)."""
     return ScaleNorm(dim, eps)
@@ -144,7 +126,6 @@ class CRMSNorm(nn.Module):
         return x * torch.rsqrt(squares / (x.shape[-1] + 1) + self.eps) * self.weight
 
 
-@NORM_TYPES.register("crmsnorm")
 def crmsnorm(dim: int, role: NormRole, eps: float) -> nn.Module:
     """CRMSNorm: RMSNorm of the zero-mean (d+1)-vector x encodes (Jiang et al., 2023, CRMSNorm)."""
     return CRMSNorm(dim, eps)
@@ -166,13 +147,11 @@ class SeeDNorm(nn.Module):
         return gain * normed
 
 
-@NORM_TYPES.register("seednorm")
 def seednorm(dim: int, role: NormRole, eps: float) -> nn.Module:
     """SeeDNorm: [tanh(x.beta) alpha + gamma] x / RMS(x) (Cai et al., 2025, "SeeDNorm")."""
     return SeeDNorm(dim, eps)
 
 
-@NORM_TYPES.register("identity")
 def identity(dim: int, role: NormRole, eps: float) -> nn.Module:
     """Identity: N(x) = x, the no-normalization baseline (Zhu et al., 2025, "w/o Normalization")."""
     return nn.Identity()

@@ -10,10 +10,12 @@ import hashlib
 import json
 from typing import Any
 
-from harness.env import package_versions
+from pydantic import BaseModel
+
+from harness.env import cuda_available, package_versions
 from harness.records import PlannedTrial
-from harness.registry import MODELS, TASKS, Registry
-from harness.spec.resolve import matrix_cells, trial_settings
+from harness.registry import MODELS, TASKS, Entry, ModelEntry, Registry, TaskEntry
+from harness.spec.resolve import matrix_cells, resolve_precision, trial_settings
 from harness.spec.schema import Suite
 
 
@@ -38,12 +40,14 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
     tasks = {name: resolved(TASKS, spec) for name, spec in suite.tasks.items()}
     fingerprints = {name: task_fingerprint(spec) for name, spec in tasks.items()}
     settings_of = {name: trial_settings(suite, name) for name in suite.methods}
+    cuda = cuda_available()
     trials = []
     for method, model, task in matrix_cells(suite):
         for point, settings in settings_of[method]:
             for seed in suite.seeds:
                 config = {
                     **settings.model_dump(mode="json"),
+                    "precision": resolve_precision(settings.precision, settings.device, cuda),
                     "model": models[model],
                     "task": tasks[task],
                     "seed": seed,
@@ -57,12 +61,21 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
     return trials
 
 
-def resolved(registry: Registry[Any], spec: dict[str, Any]) -> dict[str, Any]:
+def resolved(
+    registry: Registry[ModelEntry] | Registry[TaskEntry], spec: dict[str, Any]
+) -> dict[str, Any]:
     """A model or task section with every default filled in."""
-    return registry.entry(spec["type"]).params.model_validate(spec).model_dump(mode="json")
+    return section(registry.entry(spec["type"]), spec).model_dump(mode="json")
+
+
+def section(entry: Entry[Any], spec: dict[str, Any]) -> BaseModel:
+    """A model or task section validated by its entry's schema."""
+    if entry.params is None:
+        raise TypeError(f"{entry.family} '{entry.name}' declares no schema for its section")
+    return entry.params.model_validate(spec)
 
 
 def task_fingerprint(spec: dict[str, Any]) -> str:
     """The task's data fingerprint (cheap: it hashes files, it does not tokenize)."""
     entry = TASKS.entry(spec["type"])
-    return entry.obj.fingerprint(entry.params.model_validate(spec))
+    return entry.fingerprint(section(entry, spec))

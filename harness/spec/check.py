@@ -21,6 +21,8 @@ from harness.registry import (
     SCHEDULES,
     TASKS,
     Entry,
+    EvalTaskEntry,
+    PretrainedModelEntry,
     Registry,
     UnknownNameError,
     suggest,
@@ -123,8 +125,8 @@ def check_combinations(suite: Suite, locator: Locator) -> Iterator[Problem]:
         model_type, task_type = suite.models[model].get("type"), suite.tasks[task].get("type")
         if model_type not in MODELS or task_type not in TASKS:
             continue
-        pretrained = MODELS.entry(model_type).meta.get("pretrained", False)
-        eval_only = TASKS.entry(task_type).meta.get("eval_only", False)
+        pretrained = isinstance(MODELS.entry(model_type), PretrainedModelEntry)
+        eval_only = isinstance(TASKS.entry(task_type), EvalTaskEntry)
         if pretrained and not eval_only and (model, task) not in reported:
             reported.add((model, task))
             yield locator.problem(

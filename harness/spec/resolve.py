@@ -111,3 +111,12 @@ def matrix_cells(suite: Suite) -> list[tuple[str, str, str]]:
                 for task in spec["tasks"]:
                     cells[(method, model, task)] = None
     return list(cells)
+
+
+def resolve_precision(precision: str, device: str, cuda: bool) -> str:
+    """`auto` is bf16 on a CUDA device and fp32 on the CPU (so CPU results stay comparable with
+    those stored before); `cuda` says whether `device: auto` finds a GPU. Others are kept."""
+    if precision != "auto":
+        return precision
+    on_cuda = device.startswith("cuda") or (device == "auto" and cuda)
+    return "bf16" if on_cuda else "fp32"

@@ -8,55 +8,30 @@ own tokenizer. Calibration data for pruning and quantization is held-out Shakesp
 
 from __future__ import annotations
 
-import hashlib
 import math
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
 from torch import Tensor, nn
 
-from harness.registry import TASKS
-from harness.spec.schema import StrictModel
 from harness.tasks.base import EvalTask
+from harness.tasks.catalog import (
+    LMEvalTaskSpec,
+    PerplexityTaskSpec,
+    corpus_fingerprint,
+    include_path,
+    lm_eval_fingerprint,
+)
 from harness.tasks.corpora import ModelTokenizer, load_corpus
 from harness.tasks.lm import (
     eval_windows,
-    known_corpus,
     perplexity,
     split_documents,
     token_loss,
 )
 
-LOCAL_TASKS = Path(__file__).resolve().parents[2] / "suites" / "tasks"
 CALIBRATION_CORPUS = "shakespeare"
 SKIP = {"alias", "sample_len"}
-
-
-class LMEvalTaskSpec(StrictModel):
-    """A task section of type `lm-eval`: one lm-evaluation-harness task."""
-
-    type: Literal["lm-eval"] = "lm-eval"
-    task: str = Field(min_length=1)
-    limit: PositiveInt | None = None
-    num_fewshot: NonNegativeInt = 0
-    include_path: str | None = None
-
-
-class PerplexityTaskSpec(StrictModel):
-    """A task section of type `perplexity`: a corpus split, the model's tokenizer."""
-
-    type: Literal["perplexity"] = "perplexity"
-    corpus: str = "shakespeare"
-    split: Literal["val", "test"] = "test"
-    seq_len: PositiveInt = 256
-    windows: PositiveInt = 64
-    split_seed: int = 0
-    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-
-    _known_corpus = field_validator("corpus")(known_corpus)
 
 
 def corpus_split_tokens(
@@ -88,19 +63,6 @@ def shakespeare_calibration(
     return list(torch.stack(windows).split(8))
 
 
-def include_path(spec: LMEvalTaskSpec) -> Path:
-    return Path(spec.include_path).expanduser() if spec.include_path else LOCAL_TASKS
-
-
-def files_digest(folder: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
-        if path.is_file():
-            digest.update(path.relative_to(folder).as_posix().encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 def lm_eval_metrics(results: dict[str, Any], task: str) -> dict[str, float]:
     """`{"acc,none": 0.5, "acc_stderr,none": ...}` -> `{"acc": 0.5, "acc_stderr": ...}`."""
     metrics = {}
@@ -111,7 +73,6 @@ def lm_eval_metrics(results: dict[str, Any], task: str) -> dict[str, float]:
     return metrics
 
 
-@TASKS.register("lm-eval", params=LMEvalTaskSpec, eval_only=True)
 class LMEvalTask(EvalTask):
     """An lm-evaluation-harness task, run on the trial's model object (EleutherAI, 2021)."""
 
@@ -119,14 +80,7 @@ class LMEvalTask(EvalTask):
         self.spec = spec
         self.tokenizer = tokenizer
 
-    @staticmethod
-    def fingerprint(spec: LMEvalTaskSpec) -> str:
-        """The local task definitions and the data they read (lm-eval's version is in the key)."""
-        from harness.tasks.bigbench import data_digest
-
-        return hashlib.sha256(
-            (files_digest(include_path(spec)) + data_digest()).encode()
-        ).hexdigest()
+    fingerprint = staticmethod(lm_eval_fingerprint)
 
     def evaluate(self, model: nn.Module, batch_size: int) -> dict[str, float]:
         """`lm_eval.simple_evaluate` with `HFLM` around this very model object."""
@@ -154,7 +108,6 @@ class LMEvalTask(EvalTask):
         return shakespeare_calibration(self.tokenizer, n_samples, seq_len)
 
 
-@TASKS.register("perplexity", params=PerplexityTaskSpec, eval_only=True)
 class PerplexityTask(EvalTask):
     """Loss, perplexity and bits per byte of a corpus split in the model's own tokens."""
 
@@ -166,9 +119,7 @@ class PerplexityTask(EvalTask):
             spec.corpus, spec.split, tokenizer, spec.split_seed, fractions
         )
 
-    @staticmethod
-    def fingerprint(spec: PerplexityTaskSpec) -> str:
-        return load_corpus(spec.corpus).fingerprint()
+    fingerprint = staticmethod(corpus_fingerprint)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, batch_size: int) -> dict[str, float]:
