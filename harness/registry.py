@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from torch import nn
 
     from harness.methods.placement import Placement
+    from harness.methods.pruning import Criterion  # noqa: F401 (named in strings)
+    from harness.methods.quantization import Importance, Scheme  # noqa: F401
     from harness.models.pretrained import LoadedModel
     from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec
     from harness.tasks.base import EvalTask, Task

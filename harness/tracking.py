@@ -12,12 +12,12 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
 from harness.env import tracking_uri
-from harness.records import FINAL_STATUSES, Status
+from harness.records import FINAL_STATUSES
 from harness.store.models import LayerStatistic, MetricPoint, Result, Trial
 from harness.utils import chunks, flatten
 
 BATCH = 900
-RUN_STATUS: dict[Status, str] = {
+RUN_STATUS: dict[str, str] = {
     "done": "FINISHED",
     "diverged": "FINISHED",
     "timeout": "KILLED",
@@ -73,7 +73,7 @@ class MLflowTracker:
         run = self.client.create_run(
             self.experiment_id(trial.suite), run_name=f"{trial.method}-s{trial.seed}", tags=tags
         )
-        run_id = run.info.run_id
+        run_id: str = run.info.run_id
         stamp = int(time.time() * 1000)
         params = [Param(k, v) for k, v in flatten(trial.config).items()]
         metrics = (
@@ -89,10 +89,10 @@ class MLflowTracker:
                 if s.value is not None
             ]
         )
-        for batch in chunks(params, 100):
-            self.client.log_batch(run_id, params=batch)
-        for batch in chunks(metrics, BATCH):
-            self.client.log_batch(run_id, metrics=batch)
+        for param_batch in chunks(params, 100):
+            self.client.log_batch(run_id, params=param_batch)
+        for metric_batch in chunks(metrics, BATCH):
+            self.client.log_batch(run_id, metrics=metric_batch)
         self.client.log_dict(run_id, trial.config, "config.json")
         if layer_stats:
             self.client.log_text(run_id, layer_stats_csv(layer_stats), "layer_stats.csv")

@@ -26,8 +26,11 @@ from harness.spec import load_suite
 from harness.store.db import make_engine, upgrade
 from harness.store.models import Result, Trial
 from leaderboard.state import engine as app_engine
-from tests.conftest import ROOT, write_suite
+from tests.conftest import write_suite
 
+pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
+
+ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "leaderboard" / "app.py"
 METHODS = """
 pre-ln: {}

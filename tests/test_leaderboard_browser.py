@@ -12,6 +12,8 @@ from harness.ranking import rank
 from leaderboard import data
 from tests.test_leaderboard import store_tiny_suite
 
+pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
+
 
 @pytest.fixture
 def chromium() -> None:

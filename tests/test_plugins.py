@@ -16,6 +16,7 @@ from tests.plugins.meannorm import MeanNorm
 PLUGIN = "plugins: [tests.plugins.meannorm]\n"
 
 
+@pytest.mark.slow
 def test_a_plugin_norm_validates_builds_and_trains(write_suite, tmp_path: Path) -> None:
     methods = "pre-ln: {}\nmean: {norm: {type: meannorm, gain_init: 0.5}}"
     suite = load_suite(write_suite(tmp_path, methods, steps=2, eval_every=2, extra=PLUGIN))

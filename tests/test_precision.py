@@ -51,6 +51,7 @@ def test_the_resolved_precision_goes_into_the_key(
     assert gpu["fp32"] == cpu["fp32"] and gpu["bf16"] == cpu["bf16"]
 
 
+@pytest.mark.slow
 def test_a_bf16_trial_tracks_fp32(write_suite, tmp_path: Path) -> None:
     suite = write_suite(tmp_path, METHODS, steps=12, eval_every=6)
     trials = {t.method: t for t in plan_suite(load_suite(suite)) if t.seed == 0}

@@ -28,6 +28,7 @@ print(json.dumps({"codes": codes, "heavy": heavy}))
 """
 
 
+@pytest.mark.slow
 def test_light_commands_import_no_torch_transformers_or_mlflow(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'light.db'}"
     suite = str(ROOT / "suites" / "quickstart.yaml")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +16,6 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.ranking import Ranking, RankRow, Target, TrialOutcome, format_ranking, rank
 from harness.store.models import Result, Trial
-from tests.conftest import scipy_percentile_ci, write_suite
 
 TARGET = Target("val_loss", 2.0)
 
@@ -37,7 +37,9 @@ def row_of(ranking: Ranking, method: str, task: str = "lm") -> RankRow:
     return next(r for r in ranking.rows if r.method == method and r.task == task)
 
 
-def test_steps_and_time_to_target_with_cis_and_never_reaching_methods_kept() -> None:
+def test_steps_and_time_to_target_with_cis_and_never_reaching_methods_kept(
+    scipy_percentile_ci: Any,
+) -> None:
     outcomes = runs("fast", [100, 150, 200]) + runs("slow", [300, 300, None])
     ranking = rank(outcomes + runs("stuck", [None, None, None]), "val_loss", None, target=TARGET)
     fast, slow, stuck = (row_of(ranking, m) for m in ("fast", "slow", "stuck"))
@@ -91,7 +93,10 @@ def layerbench(*args: str) -> str:
     return result.output
 
 
-def test_a_sweep_stores_every_point_and_ranks_one_tuned_result_per_seed(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_a_sweep_stores_every_point_and_ranks_one_tuned_result_per_seed(
+    write_suite: Any, tmp_path: Path
+) -> None:
     """3 learning rates x 2 seeds: 6 trials stored; `rank` has one tuned trial per seed."""
     suite = write_suite(
         tmp_path,

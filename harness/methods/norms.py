@@ -1,4 +1,4 @@
-"""Normalization types (SPEC 5.2), each registered by name in NORM_TYPES.
+"""Normalization types (SPEC 5.2), each declared by name in harness/methods/catalog.py.
 
 An entry is a factory `(dim, role, eps, **params) -> nn.Module` that normalizes the last
 dimension. `role` says where the norm sits: "attn" on the attention sublayer's path, "mlp" on

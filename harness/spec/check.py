@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,11 +102,12 @@ def check_typed_sections(
 def check_references(suite: Suite, locator: Locator) -> Iterator[Problem]:
     """Matrix entries and the baseline must name defined methods, models and tasks."""
     for index, entry in enumerate(suite.matrix or []):
-        for field, defined in [
+        sections: list[tuple[str, Mapping[str, object]]] = [
             ("methods", suite.methods),
             ("models", suite.models),
             ("tasks", suite.tasks),
-        ]:
+        ]
+        for field, defined in sections:
             for position, name in enumerate(getattr(entry, field)):
                 if name not in defined:
                     yield undefined(
@@ -122,7 +123,10 @@ def check_combinations(suite: Suite, locator: Locator) -> Iterator[Problem]:
     for method, model, task in matrix_cells(suite):
         if method not in suite.methods or model not in suite.models or task not in suite.tasks:
             continue  # reported by check_references
-        model_type, task_type = suite.models[model].get("type"), suite.tasks[task].get("type")
+        model_type, task_type = (
+            str(suite.models[model].get("type")),
+            str(suite.tasks[task].get("type")),
+        )
         if model_type not in MODELS or task_type not in TASKS:
             continue
         pretrained = isinstance(MODELS.entry(model_type), PretrainedModelEntry)
@@ -149,7 +153,9 @@ def check_combinations(suite: Suite, locator: Locator) -> Iterator[Problem]:
             )
 
 
-def undefined(locator: Locator, loc: Loc, field: str, name: str, defined: dict) -> Problem:
+def undefined(
+    locator: Locator, loc: Loc, field: str, name: str, defined: Mapping[str, object]
+) -> Problem:
     error = UnknownNameError(field[:-1], name, sorted(defined))
     hint = f"; did you mean '{error.suggestion}'?" if error.suggestion else ""
     return locator.problem(loc, f"'{name}' is not defined in `{field}`{hint}")
@@ -190,17 +196,19 @@ def check_settings(
     settings: TrialSettings, where: Callable[[Loc], Loc], locator: Locator
 ) -> Iterator[Problem]:
     """Names in the resolved settings exist, and method parameters fit their schemas."""
-    for loc, registry, value in [
+    names: list[tuple[Loc, Registry[Any], str]] = [
         (("norm", "placement"), NORM_PLACEMENTS, settings.norm.placement),
         (("norm", "type"), NORM_TYPES, settings.norm.type),
         (("optimizer", "name"), OPTIMIZERS, settings.optimizer.name),
         (("train", "schedule"), SCHEDULES, settings.train.schedule),
-    ]:
+    ]
+    for loc, registry, value in names:
         yield from lookup(registry, value, where(loc), locator)
-    for section, registries in [
+    sections: list[tuple[str, list[tuple[Registry[Any], str]]]] = [
         ("norm", [(NORM_PLACEMENTS, settings.norm.placement), (NORM_TYPES, settings.norm.type)]),
         ("optimizer", [(OPTIMIZERS, settings.optimizer.name)]),
-    ]:
+    ]
+    for section, registries in sections:
         extras = getattr(settings, section).model_extra or {}
         yield from check_extras(section, extras, registries, where, locator)
     if settings.prune is not None:
@@ -211,8 +219,8 @@ def check_settings(
         )
         if settings.quantize.layerwise is not None:
             importance = settings.quantize.layerwise.importance
-            loc = where(("quantize", "layerwise", "importance"))
-            yield from lookup(LAYER_IMPORTANCE, importance, loc, locator)
+            where_importance = where(("quantize", "layerwise", "importance"))
+            yield from lookup(LAYER_IMPORTANCE, importance, where_importance, locator)
     if settings.optimizer.layerwise is not None:
         yield from check_layerwise(settings.optimizer.layerwise, where, locator)
 

@@ -6,7 +6,7 @@ import copy
 import itertools
 from typing import Any
 
-from harness.spec.schema import MethodSpec, Suite, TrialSettings
+from harness.spec.schema import MatrixEntry, MethodSpec, Suite, TrialSettings
 
 METHOD_ONLY_FIELDS = {"extends", "description", "sweep"}
 
@@ -64,7 +64,8 @@ def sweep_points(sweep: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """Every point of the grid over the swept fields; `[{}]` when nothing is swept."""
     keys = sorted(sweep)
     return [
-        dict(zip(keys, values, strict=True)) for values in itertools.product(*map(sweep.get, keys))
+        dict(zip(keys, values, strict=True))
+        for values in itertools.product(*(sweep[key] for key in keys))
     ]
 
 
@@ -101,14 +102,13 @@ def trial_settings(suite: Suite, name: str) -> list[tuple[dict[str, Any], TrialS
 def matrix_cells(suite: Suite) -> list[tuple[str, str, str]]:
     """(method, model, task) for every cell of the matrix, in suite order, without repeats."""
     entries = suite.matrix or [
-        {"methods": list(suite.methods), "models": list(suite.models), "tasks": list(suite.tasks)}
+        MatrixEntry(methods=list(suite.methods), models=list(suite.models), tasks=list(suite.tasks))
     ]
     cells: dict[tuple[str, str, str], None] = {}
     for entry in entries:
-        spec = entry if isinstance(entry, dict) else entry.model_dump()
-        for method in spec["methods"]:
-            for model in spec["models"]:
-                for task in spec["tasks"]:
+        for method in entry.methods:
+            for model in entry.models:
+                for task in entry.tasks:
                     cells[(method, model, task)] = None
     return list(cells)
 

@@ -29,13 +29,14 @@ def trial_statuses(engine: Engine, keys: Iterable[str]) -> dict[str, str]:
 def unlogged_count(engine: Engine, suite: str) -> int:
     """Finished trials of a suite not yet logged to MLflow."""
     with Session(engine) as session:
-        return session.scalar(
+        count = session.scalar(
             select(func.count()).where(
                 Trial.suite == suite,
                 Trial.mlflow_run_id.is_(None),
                 Trial.status.in_(FINAL_STATUSES),
             )
         )
+    return count or 0
 
 
 def status_counts(engine: Engine) -> list[tuple[str, str, int]]:
