@@ -21,7 +21,14 @@ from sqlalchemy.orm import Session
 
 from harness.env import git_commit
 from harness.records import FAILED_STATUSES, FINAL_STATUSES, PlannedTrial, TrialResult
-from harness.store.models import LayerStatistic, MetricPoint, Result, SuiteRun, Trial
+from harness.store.models import (
+    ExampleOutcome,
+    LayerStatistic,
+    MetricPoint,
+    Result,
+    SuiteRun,
+    Trial,
+)
 
 DEFAULT_URL = "sqlite:///layerbench.db"
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -218,15 +225,24 @@ class StoreLedger:
                 .values(heartbeat_at=now())
             )
 
+    def release(self, trial: PlannedTrial) -> None:
+        """Give back a claim without a result: the trial is pending again."""
+        with self.engine.begin() as connection:
+            connection.execute(
+                update(Trial)
+                .where(Trial.key == trial.key, Trial.claimed_by == self.me)
+                .values(status="pending", claimed_by=None, heartbeat_at=None)
+            )
+
     def finish(self, trial: PlannedTrial, result: TrialResult) -> None:
-        """Store the result, its series and its statistics in one transaction."""
+        """Store the result, its series, statistics and per-example outcomes in one transaction."""
         with Session(self.engine) as session, session.begin():
             trial_id = session.scalars(
                 select(Trial.id).where(Trial.key == trial.key, Trial.claimed_by == self.me)
             ).one_or_none()
             if trial_id is None:
                 return
-            for table in (MetricPoint, Result, LayerStatistic):
+            for table in (MetricPoint, Result, LayerStatistic, ExampleOutcome):
                 session.execute(delete(table).where(table.trial_id == trial_id))
             session.execute(update(Trial).where(Trial.id == trial_id).values(finished(result)))
             session.add_all(result_rows(trial_id, result))
@@ -277,6 +293,11 @@ def result_rows(trial_id: int, result: TrialResult) -> Iterator[Any]:
             name=stat.name,
             value=finite(stat.value),
         )
+    for metric, outcomes in result.examples.items():
+        for example_id, value in outcomes.items():
+            yield ExampleOutcome(
+                trial_id=trial_id, metric=metric, example_id=example_id, value=finite(value)
+            )
 
 
 @contextmanager

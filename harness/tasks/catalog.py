@@ -97,6 +97,9 @@ class PolyRegressionParams(StrictModel):
 
 
 LOCAL_TASKS = Path(__file__).resolve().parents[2] / "suites" / "tasks"
+OUTPUTS = "2: per-example outcomes; lm-eval validation split; perplexity val and test windows"
+"""What the evaluation-only tasks report, in their fingerprints: bumped when it changes, so
+trials stored before the change are not taken for current ones."""
 
 
 class LMEvalTaskSpec(StrictModel):
@@ -110,7 +113,11 @@ class LMEvalTaskSpec(StrictModel):
 
 
 class PerplexityTaskSpec(StrictModel):
-    """A task section of type `perplexity`: a corpus split, the model's tokenizer."""
+    """A task section of type `perplexity`: a corpus, the model's tokenizer.
+
+    The val (tuning) and test (reporting) documents are both evaluated, `windows` windows each;
+    `split` names the one behind the unprefixed `bits_per_byte`.
+    """
 
     type: Literal["perplexity"] = "perplexity"
     corpus: str = "shakespeare"
@@ -137,21 +144,32 @@ def files_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def corpus_fingerprint(spec: LMTaskSpec | PerplexityTaskSpec) -> str:
+SYNTHETIC_SETS = ("id", "test", "ood")
+"""A synthetic task's evaluation sets (`test` only at the final evaluation)."""
+
+
+def corpus_fingerprint(spec: LMTaskSpec) -> str:
     """The corpus files' fingerprint (raw bytes; no parsing or tokenizing)."""
     return load_corpus(spec.corpus).fingerprint()
 
 
 def synthetic_fingerprint(spec: SyntheticTaskSpec) -> str:
-    """sha256 of the spec: the generated data depend on nothing else."""
-    return hashlib.sha256(json.dumps(spec.model_dump(), sort_keys=True).encode()).hexdigest()
+    """sha256 of the spec and the evaluation sets: the generated data depend on nothing else."""
+    identity = {**spec.model_dump(), "eval_sets": SYNTHETIC_SETS}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
 def lm_eval_fingerprint(spec: LMEvalTaskSpec) -> str:
     """The local task definitions and the data they read (lm-eval's version is in the key)."""
     from harness.tasks.bigbench import data_digest
 
-    return hashlib.sha256((files_digest(include_path(spec)) + data_digest()).encode()).hexdigest()
+    digest = files_digest(include_path(spec)) + data_digest() + OUTPUTS
+    return hashlib.sha256(digest.encode()).hexdigest()
+
+
+def perplexity_fingerprint(spec: PerplexityTaskSpec) -> str:
+    """The corpus files' fingerprint and what the task reports (OUTPUTS)."""
+    return hashlib.sha256((load_corpus(spec.corpus).fingerprint() + OUTPUTS).encode()).hexdigest()
 
 
 TASKS.declare("lm", "harness.tasks.lm:LMTask", params=LMTaskSpec, fingerprint=corpus_fingerprint)
@@ -173,7 +191,7 @@ TASKS.declare(
     "harness.tasks.lmeval:PerplexityTask",
     kind=EvalTaskEntry,
     params=PerplexityTaskSpec,
-    fingerprint=corpus_fingerprint,
+    fingerprint=perplexity_fingerprint,
 )
 SYNTHETIC_KINDS.declare(
     "modular-addition", "harness.tasks.synthetic:ModularAddition", params=ModularAdditionParams
