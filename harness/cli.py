@@ -13,17 +13,30 @@ from sqlalchemy import Engine
 
 from harness.cache import offline_unless_hub_reachable
 from harness.console import RichProgress, console, errors
-from harness.registry import FAMILIES, MODELS, TASKS, RegistryError
-from harness.runner.plan import PlannedTrial, plan_suite
+from harness.records import ACTIVE_STATUSES, FAILED_STATUSES, PlannedTrial
+from harness.registry import (
+    FAMILIES,
+    MODELS,
+    TASKS,
+    EvalTaskEntry,
+    PretrainedModelEntry,
+    RegistryError,
+)
+from harness.runner.plan import plan_suite
 from harness.spec import Suite, SuiteError, load_suite
 from harness.store.db import DatabaseError, StoreLedger, open_database, suite_run
-from harness.store.queries import stored_outcomes, trial_statuses, unlogged_count
+from harness.store.queries import (
+    status_counts,
+    stored_outcomes,
+    trial_statuses,
+    unlogged_count,
+)
 
 if TYPE_CHECKING:
     import threading
 
     from harness.ranking import Ranking
-    from harness.runner.results import TrialResult
+    from harness.records import TrialResult
 
 app = typer.Typer(
     help="LayerBench: benchmark layerwise deep-learning methods.",
@@ -40,7 +53,6 @@ SuiteArg = Annotated[Path, typer.Argument(help="A suite YAML file.")]
 DbOption = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL (default: $LAYERBENCH_DB or sqlite)")
 ]
-FAILED = ("failed", "timeout")
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -192,7 +204,7 @@ def run(
             pass
     print_ranking(build_ranking(suite, engine))
     final = trial_statuses(engine, [t.key for t in trials])
-    if any(status in FAILED for status in final.values()):
+    if any(status in FAILED_STATUSES for status in final.values()):
         raise typer.Exit(1)
 
 
@@ -215,14 +227,14 @@ def run_on_ray(
 def uses_hub_models(suite: Suite) -> bool:
     """Does the suite load pretrained models or lm-eval tasks (which may reach the hub)?"""
     return any(
-        MODELS.entry(m["type"]).meta.get("pretrained") for m in suite.models.values()
-    ) or any(TASKS.entry(t["type"]).meta.get("eval_only") for t in suite.tasks.values())
+        isinstance(MODELS.entry(m["type"]), PretrainedModelEntry) for m in suite.models.values()
+    ) or any(isinstance(TASKS.entry(t["type"]), EvalTaskEntry) for t in suite.tasks.values())
 
 
 def runnable(status: str | None, retry_failed: bool) -> bool:
-    if status is None or status in ("pending", "running"):
+    if status is None or status in ACTIVE_STATUSES:
         return True
-    return retry_failed and status in FAILED
+    return retry_failed and status in FAILED_STATUSES
 
 
 def plan_changed(engine: Engine, suite: str, keys: list[str]) -> bool:
@@ -288,7 +300,7 @@ def rank_command(
     if format == "table":
         print_ranking(ranking, width)
     else:
-        typer.echo(format_ranking(ranking, format))  # type: ignore[arg-type]
+        typer.echo(format_ranking(ranking, format))
 
 
 @app.command()
@@ -315,18 +327,10 @@ def report(
 @app.command()
 def status(db: DbOption = None) -> None:
     """Trials stored per suite and status."""
-    from sqlalchemy import func, select
-    from sqlalchemy.orm import Session
-
-    from harness.store.models import Trial
-
-    with Session(open_db(db)) as session:
-        rows = session.execute(
-            select(Trial.suite, Trial.status, func.count()).group_by(Trial.suite, Trial.status)
-        ).all()
+    rows = status_counts(open_db(db))
     if not rows:
         console.print("no trials stored")
-    for suite, trial_status, count in sorted(rows):
+    for suite, trial_status, count in rows:
         console.print(f"{suite:<30} {trial_status:<9} {count}")
 
 
