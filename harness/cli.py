@@ -13,16 +13,30 @@ from sqlalchemy import Engine
 
 from harness.cache import offline_unless_hub_reachable
 from harness.console import RichProgress, console, errors
-from harness.registry import FAMILIES, MODELS, TASKS, RegistryError
-from harness.runner.plan import PlannedTrial, plan_suite
+from harness.records import ACTIVE_STATUSES, FAILED_STATUSES, PlannedTrial
+from harness.registry import (
+    FAMILIES,
+    MODELS,
+    TASKS,
+    EvalTaskEntry,
+    PretrainedModelEntry,
+    RegistryError,
+)
+from harness.runner.plan import plan_suite
 from harness.spec import Suite, SuiteError, load_suite
 from harness.store.db import DatabaseError, StoreLedger, open_database, suite_run
-from harness.store.queries import stored_outcomes, trial_statuses, unlogged_count
+from harness.store.queries import (
+    status_counts,
+    stored_outcomes,
+    trial_statuses,
+    unlogged_count,
+)
 
 if TYPE_CHECKING:
     import threading
 
     from harness.ranking import Ranking
+    from harness.records import TrialResult
 
 app = typer.Typer(
     help="LayerBench: benchmark layerwise deep-learning methods.",
@@ -39,7 +53,6 @@ SuiteArg = Annotated[Path, typer.Argument(help="A suite YAML file.")]
 DbOption = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL (default: $LAYERBENCH_DB or sqlite)")
 ]
-FAILED = ("failed", "timeout")
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -131,8 +144,19 @@ def run(
     force: Annotated[bool, typer.Option(help="Rerun trials that already have a result.")] = False,
     retry_failed: Annotated[bool, typer.Option(help="Rerun failed and timed-out trials.")] = False,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Do not log to MLflow.")] = False,
+    backend: Annotated[
+        str, typer.Option(help="local (--workers processes here) or ray (as the cluster allows).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).")
+    ] = None,
+    retries: Annotated[
+        int, typer.Option("--ray-max-retries", min=0, help="Ray retries of a dead worker.")
+    ] = 1,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
+    if backend not in ("local", "ray"):
+        raise fail(f"--backend must be local or ray (got '{backend}')")
     suite = load(suite_path)
     planned = plan_suite(suite)
     trials = only_filter(planned, only)
@@ -149,11 +173,11 @@ def run(
     console.print(
         f"{suite.suite}: {len(trials)} trials, {len(trials) - len(todo)} stored, {len(todo)} to run"
     )
-    keys = [t.key for t in planned]
-    ranking = {"baseline": suite.baseline, **suite.rank.model_dump(mode="json")}
-    if todo:
-        from harness.runner.local import run_local
+    from harness.ranking.suite import declared_ranking
 
+    keys = [t.key for t in planned]
+    ranking = declared_ranking(suite)
+    if todo:
         if uses_hub_models(suite):
             offline_unless_hub_reachable()
 
@@ -168,28 +192,49 @@ def run(
                 else None,
             )
             with RichProgress(len(todo)) as progress:
-                results = run_local(todo, ledger, workers, progress)
+                if backend == "ray":
+                    results = run_on_ray(todo, ledger, suite, ray_address, retries, progress)
+                else:
+                    from harness.runner.local import run_local
+
+                    results = run_local(todo, ledger, workers, progress)
             record.n_ran = len(results)
     elif plan_changed(engine, suite.suite, keys):  # e.g. back to an older config: record it
         with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking, keys):
             pass
     print_ranking(build_ranking(suite, engine))
     final = trial_statuses(engine, [t.key for t in trials])
-    if any(status in FAILED for status in final.values()):
+    if any(status in FAILED_STATUSES for status in final.values()):
         raise typer.Exit(1)
+
+
+def run_on_ray(
+    todo: list[PlannedTrial],
+    ledger: StoreLedger,
+    suite: Suite,
+    address: str | None,
+    max_retries: int,
+    progress: RichProgress,
+) -> dict[str, TrialResult]:
+    from harness.runner.ray_backend import RayUnavailableError, run_ray
+
+    try:
+        return run_ray(todo, ledger, address, suite.resources, max_retries, progress)
+    except RayUnavailableError as error:
+        raise fail(str(error)) from None
 
 
 def uses_hub_models(suite: Suite) -> bool:
     """Does the suite load pretrained models or lm-eval tasks (which may reach the hub)?"""
     return any(
-        MODELS.entry(m["type"]).meta.get("pretrained") for m in suite.models.values()
-    ) or any(TASKS.entry(t["type"]).meta.get("eval_only") for t in suite.tasks.values())
+        isinstance(MODELS.entry(m["type"]), PretrainedModelEntry) for m in suite.models.values()
+    ) or any(isinstance(TASKS.entry(t["type"]), EvalTaskEntry) for t in suite.tasks.values())
 
 
 def runnable(status: str | None, retry_failed: bool) -> bool:
-    if status is None or status in ("pending", "running"):
+    if status is None or status in ACTIVE_STATUSES:
         return True
-    return retry_failed and status in FAILED
+    return retry_failed and status in FAILED_STATUSES
 
 
 def plan_changed(engine: Engine, suite: str, keys: list[str]) -> bool:
@@ -255,24 +300,37 @@ def rank_command(
     if format == "table":
         print_ranking(ranking, width)
     else:
-        typer.echo(format_ranking(ranking, format))  # type: ignore[arg-type]
+        typer.echo(format_ranking(ranking, format))
+
+
+@app.command()
+def report(
+    suite_path: SuiteArg,
+    db: DbOption = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Folder of report.md and figures/ (default: reports/SUITE)")
+    ] = None,
+) -> None:
+    """Write a markdown report of the suite's stored results with static figures (PNG)."""
+    from leaderboard.report import ReportError, write_report
+
+    suite = load(suite_path)
+    try:
+        path = write_report(open_db(db), suite, out or Path("reports") / suite.suite)
+    except ReportError as error:
+        raise fail(str(error)) from None
+    except RegistryError as error:
+        raise fail(str(error)) from None
+    console.print(f"wrote {path}")
 
 
 @app.command()
 def status(db: DbOption = None) -> None:
     """Trials stored per suite and status."""
-    from sqlalchemy import func, select
-    from sqlalchemy.orm import Session
-
-    from harness.store.models import Trial
-
-    with Session(open_db(db)) as session:
-        rows = session.execute(
-            select(Trial.suite, Trial.status, func.count()).group_by(Trial.suite, Trial.status)
-        ).all()
+    rows = status_counts(open_db(db))
     if not rows:
         console.print("no trials stored")
-    for suite, trial_status, count in sorted(rows):
+    for suite, trial_status, count in rows:
         console.print(f"{suite:<30} {trial_status:<9} {count}")
 
 

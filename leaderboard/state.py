@@ -151,7 +151,9 @@ def sidebar(url: str) -> Context | None:
             "`layerbench run SUITE --db URL`, then reload this page."
         )
         return None
-    suite = st.sidebar.selectbox("Suite", suites, key="suite")
+    linked = st.query_params.get("suite")  # a link from the Findings page
+    first = suites.index(linked) if linked in suites else 0
+    suite = st.sidebar.selectbox("Suite", suites, index=first, key="suite")
     version = data.version(db, suite)
     selection = _selection(suite, suite_data(url, suite, version))
     context = Context(url, version, selection)

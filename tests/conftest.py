@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import textwrap
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +16,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 ROOT = Path(__file__).resolve().parents[1]
+# Ray (tests/test_ray.py, the ray-head service in tests/test_deploy.py) advertises the machine's
+# address even when told 127.0.0.1; this Ray knob keeps every Ray of the tests on the loopback.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 PG_ADMIN_URL = os.environ.get(
     "LAYERBENCH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
@@ -48,6 +51,33 @@ def write_suite(
     )
     path.write_text(body + extra)
     return path
+
+
+# The shared helpers as fixtures: tests take them as arguments instead of importing this module.
+
+
+@pytest.fixture(name="write_suite", scope="session")
+def write_suite_fixture() -> Callable[..., Path]:
+    """`write_suite(directory, methods, steps=20, eval_every=10, extra="")`."""
+    return write_suite
+
+
+@pytest.fixture(name="tiny_llama", scope="session")
+def tiny_llama_fixture() -> Callable[[int, int], LlamaForCausalLM]:
+    """`tiny_llama(vocab_size, n_layers)`."""
+    return tiny_llama
+
+
+@pytest.fixture(name="byte_bpe_tokenizer", scope="session")
+def byte_bpe_tokenizer_fixture() -> Callable[..., PreTrainedTokenizerFast]:
+    """`byte_bpe_tokenizer(texts, vocab_size=400)`."""
+    return byte_bpe_tokenizer
+
+
+@pytest.fixture(name="scipy_percentile_ci", scope="session")
+def scipy_percentile_ci_fixture() -> Callable[[list[float]], tuple[float, float]]:
+    """`scipy_percentile_ci(values)`: the reference bootstrap CI."""
+    return scipy_percentile_ci
 
 
 @pytest.fixture

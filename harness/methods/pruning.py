@@ -27,8 +27,6 @@ from harness.methods.layers import (
 from harness.registry import PRUNING
 from harness.spec.schema import PruneSpec
 
-ALL_TARGETS: tuple[Target, ...] = ("block", "attention", "mlp")
-
 
 @dataclass(frozen=True)
 class PruneContext:
@@ -69,7 +67,7 @@ def prune_model(
 ) -> tuple[nn.Module, PruneReport]:
     """Remove the layers `spec.criterion` picks from `model` (in place); return it and a report."""
     entry = PRUNING.entry(spec.criterion)
-    targets = entry.meta.get("targets", ALL_TARGETS)
+    targets = entry.targets
     if spec.target not in targets:
         raise ValueError(
             f"pruning criterion '{spec.criterion}' supports target {' / '.join(targets)}, "
@@ -130,7 +128,6 @@ def mean_cosines(model: nn.Module, batches: Sequence[Tensor], target: Target) ->
     return [total / count for total, count in zip(sums, counts, strict=True)]
 
 
-@PRUNING.register("block_influence")
 def block_influence(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """ShortGPT (Men et al., 2024): remove the k layers of lowest BI = 1 - E[cos(x_in, x_out)].
 
@@ -172,7 +169,6 @@ class LinearFit:
         return float(explained / cyy)
 
 
-@PRUNING.register("linearity", targets=("block",))
 def linearity(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """Linearity (Razzhigaev et al., 2024): remove the k blocks of highest Procrustes linearity.
 
@@ -212,7 +208,6 @@ def gate_norm(attention: nn.Module) -> float:
     return float((gram_q * gram_k).sum().clamp(min=0.0).sqrt())
 
 
-@PRUNING.register("attention_qk", targets=("attention",))
 def attention_qk(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """Gate-Norm (Saikumar & Varghese, 2025): remove the k attentions of weakest query-key coupling.
 
@@ -229,7 +224,6 @@ def attention_qk(model: nn.Module, spec: PruneSpec, context: PruneContext, k: in
     return Selection(lowest(scores, k), scores)
 
 
-@PRUNING.register("task_greedy")
 def task_greedy(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """TALE (Naim et al., 2025): k times, remove the layer whose removal least raises the val loss.
 
@@ -249,21 +243,18 @@ def task_greedy(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int
     return Selection(sorted(removed), scores)
 
 
-@PRUNING.register("last_n")
 def last_n(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """Baseline: remove the last k layers (score: the layer index)."""
     scores = {i: float(i) for i in range(len(blocks(model)))}
     return Selection(highest(scores, k), scores)
 
 
-@PRUNING.register("first_n")
 def first_n(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """Baseline: remove the first k layers (score: the layer index)."""
     scores = {i: float(i) for i in range(len(blocks(model)))}
     return Selection(lowest(scores, k), scores)
 
 
-@PRUNING.register("random")
 def random_layers(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """Baseline: remove k layers drawn uniformly by the trial's seed (score: a U(0, 1) draw)."""
     draws = torch.rand(len(blocks(model)), generator=torch.Generator().manual_seed(context.seed))

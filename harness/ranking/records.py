@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from harness.ranking.outcomes import Direction, Target, Tuning
 from harness.ranking.stats import CIMethod
+
+if TYPE_CHECKING:
+    from harness.ranking.findings import Finding
 
 Verdict = Literal["better", "worse", "tie", "baseline"]
 Aggregate = Literal["mean_win_rate", "performance_profile", "mean_rank", "normalized"]
@@ -88,6 +91,8 @@ class Ranking:
     aggregate: Aggregate = "mean_win_rate"
     alpha: float = 0.05
     warnings: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    """Verdicts of the suite's `expect` claims (`harness.ranking.findings`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -105,4 +110,5 @@ class Ranking:
             "warnings": self.warnings,
             "rows": [asdict(row) for row in self.rows],
             "summary": [asdict(summary) for summary in self.summary],
+            "findings": [finding.to_dict() for finding in self.findings],
         }

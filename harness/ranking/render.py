@@ -9,14 +9,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from harness.ranking.records import Ranking
-from harness.ranking.table import Table, tables
+from harness.ranking.table import Table, findings_table, tables
 
 if TYPE_CHECKING:
     import rich.table
 
 Format = Literal["table", "json", "csv", "md", "latex"]
 FORMATS: tuple[str, ...] = ("table", "json", "csv", "md", "latex")
-VERDICT_STYLES = {"better": "green", "worse": "red"}
+VERDICT_STYLES = {
+    "better": "green",
+    "worse": "red",
+    "reproduced": "green",
+    "contradicted": "red",
+    "fragile": "yellow",
+}
 
 
 def rich_table(table: Table) -> rich.table.Table:
@@ -49,12 +55,18 @@ def to_text(ranking: Ranking, width: int | None = None, color: bool = False) -> 
         color_system="standard" if color else None,
         force_terminal=color,
     )
-    for table in tables(ranking):
+    for table in all_tables(ranking):
         console.print(rich_table(table), soft_wrap=width is None)
     for note in tables(ranking)[0].notes:
         console.print(f"warning: {note}", markup=False, highlight=False, soft_wrap=True)
     text = out.getvalue()
     return text if width else "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+
+
+def all_tables(ranking: Ranking) -> list[Table]:
+    """The ranking's tables, and the findings table when the suite states claims."""
+    found = findings_table(ranking)
+    return tables(ranking) + ([found] if found else [])
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -78,6 +90,8 @@ def to_markdown(ranking: Ranking) -> str:
     groups, overall = tables(ranking)
     parts = [f"## {groups.title}", table_md(groups)]
     parts += [f"### {overall.title}", table_md(overall)]
+    if (found := findings_table(ranking)) is not None:
+        parts += [f"### {found.title}", table_md(found)]
     parts += [f"> warning: {note}" for note in groups.notes]
     return "\n\n".join(parts) + "\n"
 
@@ -99,7 +113,7 @@ def to_csv(ranking: Ranking) -> str:
 def to_json(ranking: Ranking) -> str:
     """The ranking's records, and its tables as values and display strings."""
     data = ranking.to_dict()
-    data["tables"] = [table.to_dict() for table in tables(ranking)]
+    data["tables"] = [table.to_dict() for table in all_tables(ranking)]
     return json.dumps(data, indent=2)
 
 
@@ -150,7 +164,9 @@ def table_latex(table: Table) -> str:
 
 def to_latex(ranking: Ranking) -> str:
     groups, overall = tables(ranking)
-    return f"% {_tex(groups.title)}\n{table_latex(groups)}\n\n{table_latex(overall)}\n"
+    found = findings_table(ranking)
+    extra = f"\n% {_tex(found.title)}\n{table_latex(found)}\n" if found else ""
+    return f"% {_tex(groups.title)}\n{table_latex(groups)}\n\n{table_latex(overall)}\n{extra}"
 
 
 FORMATTERS: dict[str, Callable[[Ranking], str]] = {

@@ -12,10 +12,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from harness.ranking.examples import ExampleOutcomes
+from harness.ranking.findings import findings
 from harness.ranking.outcomes import Target, TrialOutcome, each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
-from harness.spec.schema import RankSpec, Suite
+from harness.spec.schema import Claim, RankSpec, Suite
 from harness.store.nightly import latest_results
 from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
 
@@ -37,6 +38,9 @@ class RankPlan:
     baseline: str | None
     spec: RankSpec
     warnings: tuple[str, ...] = ()
+    claims: tuple[Claim, ...] = ()
+    models: tuple[str, ...] = ()
+    """The suite's models in suite order: the recipes of claims that list none."""
 
 
 def plan_of(suite: Suite) -> RankPlan:
@@ -44,7 +48,20 @@ def plan_of(suite: Suite) -> RankPlan:
     from harness.runner.plan import plan_suite
 
     keys = [trial.key for trial in plan_suite(suite)]
-    return RankPlan(suite.suite, keys, suite.baseline, suite.rank)
+    return RankPlan(
+        suite.suite, keys, suite.baseline, suite.rank, (), tuple(suite.expect), tuple(suite.models)
+    )
+
+
+def declared_ranking(suite: Suite) -> dict[str, Any]:
+    """What a suite run records of how to rank the suite (read back by `recorded`): the
+    baseline, the `rank` section, the models in suite order and the `expect` claims."""
+    return {
+        "baseline": suite.baseline,
+        **suite.rank.model_dump(mode="json"),
+        "models": list(suite.models),
+        "expect": [claim.model_dump(mode="json") for claim in suite.expect],
+    }
 
 
 def recorded(engine: Engine, suite: str) -> RankPlan:
@@ -53,10 +70,15 @@ def recorded(engine: Engine, suite: str) -> RankPlan:
     ranking, keys = found if found else ({}, None)
     # fields of the `rank` section this version knows (a run of another version may differ)
     spec = RankSpec.model_validate({k: v for k, v in ranking.items() if k in RankSpec.model_fields})
+    claims = tuple(
+        Claim.model_validate({k: v for k, v in claim.items() if k in Claim.model_fields})
+        for claim in ranking.get("expect", [])
+    )
+    models = tuple(ranking.get("models", ()))
     warnings: tuple[str, ...] = ()
     if keys is None:
         keys, warnings = suite_keys(engine, suite), (SUPERSEDED_UNKNOWN,)
-    return RankPlan(suite, keys, ranking.get("baseline"), spec, warnings)
+    return RankPlan(suite, keys, ranking.get("baseline"), spec, warnings, claims, models)
 
 
 def plan_outcomes(engine: Engine, plan: RankPlan, nightly: bool) -> list[TrialOutcome]:
@@ -143,4 +165,16 @@ def rank_suite(
         aggregate=spec.aggregate,
         examples=examples,
     )
-    return replace(ranking, warnings=[*plan.warnings, *ranking.warnings])
+    found = []
+    if plan.claims and not all_points:
+        found = findings(
+            outcomes,
+            plan.claims,
+            baseline=plan.baseline,
+            metric=spec.metric,
+            tune_metric=spec.tune_metric,
+            tuning=spec.tuning,
+            alpha=ranking.alpha,
+            models=plan.models,
+        )
+    return replace(ranking, warnings=[*plan.warnings, *ranking.warnings], findings=found)

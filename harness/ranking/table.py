@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.ranking.records import Ranking, RankRow
 from harness.ranking.stats import CONFIDENCE_LEVEL
+
+if TYPE_CHECKING:
+    from harness.ranking.findings import RecipeCheck
 
 EMPTY = "\u2013"  # an en dash
 NEVER = "never"
@@ -201,6 +204,72 @@ def overall_table(ranking: Ranking) -> Table:
         rows.append(cells)
     by = AGGREGATE_NAMES[ranking.aggregate]
     return Table(f"Overall (by {by})", header, [Section("", rows)])
+
+
+FINDINGS_HEADER = [
+    "#",
+    "claim",
+    "source",
+    "recipe",
+    "seeds",
+    "Δ (method - than)",
+    "95% CI of Δ",
+    "p (Holm)",
+    "seeds needed",
+    "verdict",
+    "claim verdict",
+]
+
+
+def findings_table(ranking: Ranking) -> Table | None:
+    """One row per claim and recipe (`harness.ranking.findings`); None without claims."""
+    if not ranking.findings:
+        return None
+    rows = []
+    for finding in ranking.findings:
+        overall = finding.verdict
+        if finding.flipped_by:
+            overall_text = f"fragile (flips on {', '.join(finding.flipped_by)})"
+        else:
+            overall_text = overall
+        several = len({check.task for check in finding.checks}) > 1
+        checks: list[RecipeCheck | None] = list(finding.checks) or [None]
+        for position, check in enumerate(checks):
+            lead = position == 0
+            cells = [
+                Cell(finding.index, str(finding.index)) if lead else text(None),
+                text(finding.claim if lead else None),
+                text(finding.source if lead else None),
+            ]
+            if check is None:
+                cells += [text(None)] * 7
+            else:
+                recipe = f"{check.model} on {check.task}" if several else check.model
+                interval = (
+                    f"[{check.ci_low:+.3g}, {check.ci_high:+.3g}]"
+                    if check.ci_low is not None and check.ci_high is not None
+                    else EMPTY
+                )
+                verdict = check.verdict + (" (failures)" if check.decided_by == "failures" else "")
+                cells += [
+                    text(recipe),
+                    Cell(check.n, str(check.n)),
+                    number(check.delta, "+.3g"),
+                    Cell((check.ci_low, check.ci_high), interval),
+                    number(check.p_value, ".3g"),
+                    Cell(
+                        check.seeds_needed,
+                        EMPTY if check.seeds_needed is None else str(check.seeds_needed),
+                    ),
+                    Cell(check.verdict, verdict, check.verdict),
+                ]
+            cells.append(Cell(overall, overall_text, overall) if lead else text(None))
+            rows.append(cells)
+    return Table(
+        f"Findings (expected claims; alpha {ranking.alpha:g}, Holm over the directional claims)",
+        FINDINGS_HEADER,
+        [Section("", rows)],
+    )
 
 
 def tables(ranking: Ranking) -> list[Table]:

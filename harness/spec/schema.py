@@ -13,6 +13,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
@@ -84,7 +85,10 @@ class TrainSpec(StrictModel):
     diagnostics: bool = True  # layerwise statistics at every evaluation (SPEC 5.7)
 
 
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+InitProfile = Literal["gpt2", "paper"]
+"""gpt2: GPT-2's init; paper: the norm placement's authors' init where it differs."""
+"""`auto`: bf16 on CUDA, fp32 on the CPU; planning writes the resolved value into the trial."""
 
 
 class PruneSpec(StrictModel):
@@ -126,7 +130,7 @@ class TrialSettings(StrictModel):
     """What `defaults` and each method may set; the resolved trial is one of these."""
 
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
-    precision: Precision = "fp32"
+    precision: Precision = "auto"
     time_limit_s: PositiveFloat = 900.0
     train: TrainSpec = TrainSpec()
     optimizer: OptimizerSpec = OptimizerSpec()
@@ -176,6 +180,29 @@ class RankSpec(StrictModel):
         return self
 
 
+class Claim(StrictModel):
+    """A published claim the suite tests (`expect`): `method` is `direction` than `than` on
+    `metric`; `recipes` are the suite's models it is checked under (verdicts in
+    `harness.ranking.findings`)."""
+
+    method: str
+    than: str | None = None  # None: the suite's baseline
+    metric: str | None = None  # None: rank.metric
+    direction: Literal["better", "worse", "tie"]
+    margin: PositiveFloat | None = None  # the equivalence margin of a tie, in the metric's units
+    source: str = Field(min_length=1)  # "arXiv id, table or figure"
+    note: str = ""
+    recipes: list[str] | None = Field(None, min_length=1)  # None: every model of the suite
+
+    @model_validator(mode="after")
+    def tie_needs_margin(self) -> Claim:
+        if self.direction == "tie" and self.margin is None:
+            raise ValueError("a `tie` needs a `margin` (the largest difference that counts as one)")
+        if self.direction != "tie" and self.margin is not None:
+            raise ValueError("`margin` is only for direction `tie`")
+        return self
+
+
 class RegressionSpec(StrictModel):
     """How `layerbench nightly` flags a change (SPEC 11, docs/nightly.md)."""
 
@@ -189,6 +216,13 @@ class RegressionSpec(StrictModel):
 
 class TrackingSpec(StrictModel):
     mlflow: bool = True
+
+
+class ResourcesSpec(StrictModel):
+    """What each trial asks a Ray cluster for; unset: 1 CPU, and 1 GPU when its device is CUDA."""
+
+    cpus: PositiveFloat | None = None
+    gpus: NonNegativeFloat | None = None
 
 
 class Suite(StrictModel):
@@ -205,6 +239,8 @@ class Suite(StrictModel):
     matrix: list[MatrixEntry] | None = None
     baseline: str | None = None
     rank: RankSpec = RankSpec()
+    expect: list[Claim] = []
     regression: RegressionSpec = RegressionSpec()
     tracking: TrackingSpec = TrackingSpec()
+    resources: ResourcesSpec = ResourcesSpec()
     plugins: list[str] = []

@@ -19,9 +19,8 @@ from sqlalchemy import Engine, create_engine, delete, event, insert, select, upd
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from harness.runner.env import git_commit
-from harness.runner.plan import PlannedTrial
-from harness.runner.results import FINAL_STATUSES, RETRYABLE_STATUSES, TrialResult
+from harness.env import git_commit
+from harness.records import FAILED_STATUSES, FINAL_STATUSES, PlannedTrial, TrialResult
 from harness.store.models import (
     ExampleOutcome,
     LayerStatistic,
@@ -159,15 +158,16 @@ class StoreLedger:
         """Take the trial unless it has a final result (or another live runner has it)."""
         if self._insert_claim(trial):
             return True
-        with Session(self.engine) as session:
-            row = session.execute(
-                select(Trial.status, Trial.claimed_by, Trial.heartbeat_at).where(
-                    Trial.key == trial.key
-                )
-            ).one()
-        if not self.claimable(row.status, row.claimed_by, row.heartbeat_at):
-            return False
         with self.engine.begin() as connection:
+            # PostgreSQL: a row another runner is claiming right now is skipped, not waited for
+            # (SQLite has no row locks and ignores it; the conditional update below decides).
+            row = connection.execute(
+                select(Trial.status, Trial.claimed_by, Trial.heartbeat_at)
+                .where(Trial.key == trial.key)
+                .with_for_update(skip_locked=True)
+            ).one_or_none()
+            if row is None or not self.claimable(row.status, row.claimed_by, row.heartbeat_at):
+                return False
             taken = connection.execute(
                 update(Trial)
                 .where(
@@ -182,7 +182,7 @@ class StoreLedger:
     def claimable(self, status: str, claimed_by: str | None, heartbeat_at: datetime | None) -> bool:
         if status == "running":
             return not claimant_alive(claimed_by, heartbeat_at)
-        if status in RETRYABLE_STATUSES and self.retry_failed:
+        if status in FAILED_STATUSES and self.retry_failed:
             return True
         return status not in FINAL_STATUSES or self.force
 
@@ -217,6 +217,15 @@ class StoreLedger:
         except IntegrityError:
             return False
         return True
+
+    def add_attempt(self, trial: PlannedTrial) -> None:
+        """Count one more attempt of a trial this runner holds (a backend's own retry)."""
+        with self.engine.begin() as connection:
+            connection.execute(
+                update(Trial)
+                .where(Trial.key == trial.key, Trial.claimed_by == self.me)
+                .values(attempts=Trial.attempts + 1)
+            )
 
     def heartbeat(self, trial: PlannedTrial) -> None:
         with self.engine.begin() as connection:

@@ -16,10 +16,11 @@ from typing import Any
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
-from harness.runner.env import git_commit
+from harness.env import git_commit
 from harness.store.db import now
 from harness.store.models import Alert, SuiteRun, Trial
 from harness.store.queries import CHUNK, stored_outcomes
+from harness.utils import chunks
 
 NIGHTLY = "nightly"
 
@@ -137,10 +138,7 @@ def newest_end(engine: Engine, keys: Sequence[str]) -> datetime | None:
     """When the last of the trials `keys` ended (None if none did)."""
     query = select(func.max(Trial.ended_at))
     with Session(engine) as session:
-        ends = [
-            session.scalar(query.where(Trial.key.in_(keys[start : start + CHUNK])))
-            for start in range(0, len(keys), CHUNK)
-        ]
+        ends = [session.scalar(query.where(Trial.key.in_(chunk))) for chunk in chunks(keys, CHUNK)]
     return max((end for end in ends if end is not None), default=None)
 
 
