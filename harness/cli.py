@@ -101,13 +101,15 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     tuned = {
         o.key for o in select_tuned(stored.values(), tune_metric, direction, suite.rank.tuning)
     }
+    lines = []
     for trial in trials:
         value = metric_value(stored[trial.key], metric) if trial.key in stored else None
         shown = "" if value is None else f"{value:.4g}"
         mark = "*" if trial.sweep and trial.key in tuned else " "
         status = statuses.get(trial.key, "pending")
-        line = f"{trial.key[:12]}  {status:>8}  {shown:>9} {mark} {trial.label}"
-        console.print(line, markup=False, highlight=False)
+        lines.append(f"{trial.key[:12]}  {status:>8}  {shown:>9} {mark} {trial.label}")
+    # one unwrapped print: rendering 1,000 lines one by one was a third of `plan`'s time
+    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
     counts = Counter(statuses.get(t.key, "pending") for t in trials)
     console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     if any(trial.sweep for trial in trials):
