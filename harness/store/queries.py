@@ -82,10 +82,11 @@ def stored_outcomes(
             ids = [trial.id for trial in trials]
             metrics: dict[int, dict[str, float]] = defaultdict(dict)
             results = select(Result.trial_id, Result.name, Result.value).where(
-                Result.trial_id.in_(ids), Result.value.is_not(None)
+                Result.trial_id.in_(ids)
             )
             for trial_id, name, value in connection.execute(results):
-                metrics[trial_id][name] = value
+                if value is not None:
+                    metrics[trial_id][name] = value
             series = metric_series(connection, ids, series_metric) if series_metric else {}
             records += [
                 {
