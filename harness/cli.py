@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import threading
 
     from harness.ranking import Ranking
+    from harness.runner.results import TrialResult
 
 app = typer.Typer(
     help="LayerBench: benchmark layerwise deep-learning methods.",
@@ -128,8 +129,19 @@ def run(
     force: Annotated[bool, typer.Option(help="Rerun trials that already have a result.")] = False,
     retry_failed: Annotated[bool, typer.Option(help="Rerun failed and timed-out trials.")] = False,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Do not log to MLflow.")] = False,
+    backend: Annotated[
+        str, typer.Option(help="local (--workers processes here) or ray (as the cluster allows).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).")
+    ] = None,
+    retries: Annotated[
+        int, typer.Option("--ray-max-retries", min=0, help="Ray retries of a dead worker.")
+    ] = 1,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
+    if backend not in ("local", "ray"):
+        raise fail(f"--backend must be local or ray (got '{backend}')")
     suite = load(suite_path)
     planned = plan_suite(suite)
     trials = only_filter(planned, only)
@@ -151,8 +163,6 @@ def run(
     keys = [t.key for t in planned]
     ranking = declared_ranking(suite)
     if todo:
-        from harness.runner.local import run_local
-
         if uses_hub_models(suite):
             offline_unless_hub_reachable()
 
@@ -167,7 +177,12 @@ def run(
                 else None,
             )
             with RichProgress(len(todo)) as progress:
-                results = run_local(todo, ledger, workers, progress)
+                if backend == "ray":
+                    results = run_on_ray(todo, ledger, suite, ray_address, retries, progress)
+                else:
+                    from harness.runner.local import run_local
+
+                    results = run_local(todo, ledger, workers, progress)
             record.n_ran = len(results)
     elif plan_changed(engine, suite.suite, keys):  # e.g. back to an older config: record it
         with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking, keys):
@@ -176,6 +191,22 @@ def run(
     final = trial_statuses(engine, [t.key for t in trials])
     if any(status in FAILED for status in final.values()):
         raise typer.Exit(1)
+
+
+def run_on_ray(
+    todo: list[PlannedTrial],
+    ledger: StoreLedger,
+    suite: Suite,
+    address: str | None,
+    max_retries: int,
+    progress: RichProgress,
+) -> dict[str, TrialResult]:
+    from harness.runner.ray_backend import RayUnavailableError, run_ray
+
+    try:
+        return run_ray(todo, ledger, address, suite.resources, max_retries, progress)
+    except RayUnavailableError as error:
+        raise fail(str(error)) from None
 
 
 def uses_hub_models(suite: Suite) -> bool:

@@ -13,6 +13,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
@@ -214,6 +215,13 @@ class TrackingSpec(StrictModel):
     mlflow: bool = True
 
 
+class ResourcesSpec(StrictModel):
+    """What each trial asks a Ray cluster for; unset: 1 CPU, and 1 GPU when its device is CUDA."""
+
+    cpus: PositiveFloat | None = None
+    gpus: NonNegativeFloat | None = None
+
+
 class Suite(StrictModel):
     """A suite file (SPEC section 2)."""
 
@@ -231,4 +239,5 @@ class Suite(StrictModel):
     expect: list[Claim] = []
     regression: RegressionSpec = RegressionSpec()
     tracking: TrackingSpec = TrackingSpec()
+    resources: ResourcesSpec = ResourcesSpec()
     plugins: list[str] = []

@@ -159,15 +159,16 @@ class StoreLedger:
         """Take the trial unless it has a final result (or another live runner has it)."""
         if self._insert_claim(trial):
             return True
-        with Session(self.engine) as session:
-            row = session.execute(
-                select(Trial.status, Trial.claimed_by, Trial.heartbeat_at).where(
-                    Trial.key == trial.key
-                )
-            ).one()
-        if not self.claimable(row.status, row.claimed_by, row.heartbeat_at):
-            return False
         with self.engine.begin() as connection:
+            # PostgreSQL: a row another runner is claiming right now is skipped, not waited for
+            # (SQLite has no row locks and ignores it; the conditional update below decides).
+            row = connection.execute(
+                select(Trial.status, Trial.claimed_by, Trial.heartbeat_at)
+                .where(Trial.key == trial.key)
+                .with_for_update(skip_locked=True)
+            ).one_or_none()
+            if row is None or not self.claimable(row.status, row.claimed_by, row.heartbeat_at):
+                return False
             taken = connection.execute(
                 update(Trial)
                 .where(
@@ -217,6 +218,15 @@ class StoreLedger:
         except IntegrityError:
             return False
         return True
+
+    def add_attempt(self, trial: PlannedTrial) -> None:
+        """Count one more attempt of a trial this runner holds (a backend's own retry)."""
+        with self.engine.begin() as connection:
+            connection.execute(
+                update(Trial)
+                .where(Trial.key == trial.key, Trial.claimed_by == self.me)
+                .values(attempts=Trial.attempts + 1)
+            )
 
     def heartbeat(self, trial: PlannedTrial) -> None:
         with self.engine.begin() as connection:
