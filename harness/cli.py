@@ -22,7 +22,7 @@ from harness.registry import (
     PretrainedModelEntry,
     RegistryError,
 )
-from harness.runner.plan import plan_suite
+from harness.runner.plan import SelectionError, plan_suite, select_trials
 from harness.spec import Suite, SuiteError, load_suite
 from harness.store.db import DatabaseError, StoreLedger, open_database, suite_run
 from harness.store.queries import (
@@ -120,17 +120,14 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
 
 
 def only_filter(trials: list[PlannedTrial], only: str | None) -> list[PlannedTrial]:
-    """`--only method=a,b` keeps the trials of those methods (also model=, task=, seed=)."""
+    """`--only method=a,b` keeps the trials of exactly those methods (also model=, task=, seed=);
+    a malformed filter or an unknown name exits 2."""
     if not only:
         return trials
-    field, _, values = only.partition("=")
-    if field not in ("method", "model", "task", "seed") or not values:
-        raise fail(f"--only expects FIELD=NAME[,NAME] with FIELD method|model|task|seed: {only}")
-    wanted = set(values.split(","))
-    kept = [t for t in trials if str(getattr(t, field)) in wanted]
-    if not kept:
-        raise fail(f"--only {only} matches no trial of this suite")
-    return kept
+    try:
+        return select_trials(trials, only)
+    except SelectionError as error:
+        raise fail(str(error)) from None
 
 
 @app.command()
