@@ -310,7 +310,7 @@ def gptq_quantize(
             column = w1[:, i : i + 1]
             q[:, i1 + i : i1 + i + 1] = round_to_grid(column, scale, zero, bits)
             error = (column - q[:, i1 + i : i1 + i + 1]) / h_inv1[i, i]
-            w1[:, i:] -= error @ h_inv1[i : i + 1, i:]
+            w1[:, i:] -= error * h_inv1[i, i:]  # an outer product, off BLAS (tiny)
             errors[:, i : i + 1] = error
         w[:, i2:] -= errors @ h_inv[i1:i2, i2:]
     return q[:, torch.argsort(order)].to(weight.dtype)
