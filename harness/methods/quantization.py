@@ -175,8 +175,8 @@ def quantize_in_sequence(
     try:
         calls = first_block_calls(model, calibration)
         weights = []
-        for block, block_bits_ in zip(blocks(model), bits, strict=True):
-            weights += scheme(block, block_bits_, spec, calls)
+        for block, width in zip(blocks(model), bits, strict=True):
+            weights += scheme(block, width, spec, calls)
             calls = [with_hidden(call, block(*call.args, **call.kwargs)) for call in calls]
     finally:
         model.train(was_training)
