@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,6 +20,8 @@ from harness.store.db import DatabaseError, StoreLedger, open_database, suite_ru
 from harness.store.queries import stored_outcomes, trial_statuses, unlogged_count
 
 if TYPE_CHECKING:
+    import threading
+
     from harness.ranking import Ranking
 
 app = typer.Typer(
@@ -71,16 +74,20 @@ def validate(suites: Annotated[list[Path], typer.Argument(help="Suite files.")])
 @app.command()
 def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     """Print the suite's trials (every sweep point), which are stored, their value of the ranking
-    metric, and (*) the sweep point that is its seed's tuned result."""
+    metric, and (*) the sweep points that `rank` reports (`rank.tuning`)."""
     from harness.ranking import TrialOutcome, metric_value, select_tuned
     from harness.registry import METRICS
 
     suite = load(suite_path)
     trials = plan_suite(suite)
     engine, keys, metric = open_db(db), [t.key for t in trials], suite.rank.metric
+    tune_metric = suite.rank.tune_metric or metric
     statuses = trial_statuses(engine, keys)
     stored = {r["key"]: TrialOutcome(**r) for r in stored_outcomes(engine, keys)}
-    tuned = {o.key for o in select_tuned(stored.values(), metric, METRICS.get(metric).direction)}
+    direction = METRICS.get(tune_metric).direction
+    tuned = {
+        o.key for o in select_tuned(stored.values(), tune_metric, direction, suite.rank.tuning)
+    }
     for trial in trials:
         value = metric_value(stored[trial.key], metric) if trial.key in stored else None
         shown = "" if value is None else f"{value:.4g}"
@@ -91,7 +98,12 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     counts = Counter(statuses.get(t.key, "pending") for t in trials)
     console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     if any(trial.sweep for trial in trials):
-        console.print(f"* the sweep point with the best {metric} of its seed (the tuned result)")
+        rule = {
+            "per_method": f"per method, the sweep point with the best mean {tune_metric} over "
+            "its seeds",
+            "per_seed": f"per seed, the sweep point with the best {tune_metric} (optimistic)",
+        }[suite.rank.tuning]
+        console.print(f"* the tuned result: {rule}")
 
 
 def only_filter(trials: list[PlannedTrial], only: str | None) -> list[PlannedTrial]:
@@ -122,7 +134,8 @@ def run(
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
     suite = load(suite_path)
-    trials = only_filter(plan_suite(suite), only)
+    planned = plan_suite(suite)
+    trials = only_filter(planned, only)
     engine = open_db(db)
     statuses = trial_statuses(engine, [t.key for t in trials])
     todo = [t for t in trials if force or runnable(statuses.get(t.key), retry_failed)]
@@ -136,14 +149,15 @@ def run(
     console.print(
         f"{suite.suite}: {len(trials)} trials, {len(trials) - len(todo)} stored, {len(todo)} to run"
     )
+    keys = [t.key for t in planned]
+    ranking = {"baseline": suite.baseline, **suite.rank.model_dump(mode="json")}
     if todo:
         from harness.runner.local import run_local
 
         if uses_hub_models(suite):
             offline_unless_hub_reachable()
 
-        ranking = {"baseline": suite.baseline, **suite.rank.model_dump(mode="json")}
-        with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking) as record:
+        with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking, keys) as record:
             ledger = StoreLedger(
                 engine,
                 record.id,
@@ -156,7 +170,10 @@ def run(
             with RichProgress(len(todo)) as progress:
                 results = run_local(todo, ledger, workers, progress)
             record.n_ran = len(results)
-    print_ranking(build_ranking(suite, trials, engine))
+    elif plan_changed(engine, suite.suite, keys):  # e.g. back to an older config: record it
+        with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking, keys):
+            pass
+    print_ranking(build_ranking(suite, engine))
     final = trial_statuses(engine, [t.key for t in trials])
     if any(status in FAILED for status in final.values()):
         raise typer.Exit(1)
@@ -175,43 +192,40 @@ def runnable(status: str | None, retry_failed: bool) -> bool:
     return retry_failed and status in FAILED
 
 
+def plan_changed(engine: Engine, suite: str, keys: list[str]) -> bool:
+    """Do the suite's planned trials differ from those its latest run recorded?"""
+    from harness.store.queries import recorded_plan
+
+    found = recorded_plan(engine, suite)
+    return found is None or found[1] != keys
+
+
 def build_ranking(
-    suite: Suite,
-    trials: list[PlannedTrial],
-    engine: Engine,
-    metric: str | None = None,
-    all_points: bool = False,
+    suite: Suite, engine: Engine, metric: str | None = None, all_points: bool = False
 ) -> Ranking | None:
-    """The ranking of the stored results, with steps and time to `rank.target` if the suite sets
-    one; `all_points` ranks every sweep point as a method of its own."""
-    from harness.ranking import Target, TrialOutcome, each_point, rank
+    """The ranking of the suite's current trials (`harness.ranking.suite.rank_suite`: the last
+    nightly run's when it is newer than `layerbench run`'s)."""
+    from harness.ranking.suite import rank_suite
 
-    target = suite.rank.target
-    records = stored_outcomes(engine, [t.key for t in trials], target.metric if target else None)
-    outcomes = [TrialOutcome(**record) for record in records]
-    if not outcomes:
-        return None
-    baseline = suite.baseline
-    if all_points:
-        outcomes = each_point(outcomes)
-        baseline = baseline if any(o.method == baseline for o in outcomes) else None
-    return rank(
-        outcomes,
-        metric or suite.rank.metric,
-        baseline,
-        alpha=suite.rank.alpha,
-        target=Target(target.metric, target.value) if target else None,
-    )
+    try:
+        return rank_suite(engine, suite, metric=metric, all_points=all_points)
+    except RegistryError as error:
+        raise fail(str(error)) from None
 
 
-def print_ranking(ranking: Ranking | None) -> None:
-    from harness.ranking import rich_summary_table, rich_table
+def print_ranking(ranking: Ranking | None, width: int | None = None) -> None:
+    """The ranking's tables; never cut: as wide as needed unless stdout is a terminal (its
+    width) or `width` is given."""
+    import sys
+
+    from harness.ranking import to_text
 
     if ranking is None:
         console.print("no stored results yet")
         return
-    console.print(rich_table(ranking))
-    console.print(rich_summary_table(ranking))
+    terminal = sys.stdout.isatty()
+    shown = width or (console.width if terminal else None)
+    typer.echo(to_text(ranking, shown, color=terminal), nl=False)
 
 
 @app.command("rank")
@@ -223,26 +237,25 @@ def rank_command(
     all_points: Annotated[
         bool, typer.Option("--all", help="Every sweep point as its own row, not tuned.")
     ] = False,
+    width: Annotated[
+        int | None, typer.Option(min=40, help="Table width (default: the terminal's, or unlimited)")
+    ] = None,
 ) -> None:
-    """Rank the suite's methods from the stored results (each seed's best sweep point)."""
-    from harness.ranking import format_ranking
+    """Rank the suite's methods from the stored results of its current trials."""
+    from harness.ranking import FORMATS, format_ranking
 
-    if format not in ("table", "json", "csv", "md", "latex"):
-        raise fail(f"--format must be one of table, json, csv, md, latex (got '{format}')")
+    if format not in FORMATS:
+        raise fail(f"--format must be one of {', '.join(FORMATS)} (got '{format}')")
     suite = load(suite_path)
-    trials = plan_suite(suite)
-    try:
-        ranking = build_ranking(suite, trials, open_db(db), metric, all_points)
-    except RegistryError as error:
-        raise fail(str(error)) from None
+    ranking = build_ranking(suite, open_db(db), metric, all_points)
     if ranking is None:
         raise fail(
             f"no stored results for suite '{suite.suite}': run `layerbench run {suite_path}`"
         )
     if format == "table":
-        print_ranking(ranking)
+        print_ranking(ranking, width)
     else:
-        typer.echo(format_ranking(ranking, format))
+        typer.echo(format_ranking(ranking, format))  # type: ignore[arg-type]
 
 
 @app.command()
@@ -352,3 +365,197 @@ def cache() -> None:
     console.print(
         f"  bigbench tasks: {', '.join(installed) or 'none (layerbench data install bigbench)'}"
     )
+
+
+SuitesDir = Annotated[Path, typer.Argument(help="A folder of suite files.")]
+CadenceOption = Annotated[
+    str, typer.Option(help="Run the suites of this cadence (commit|nightly|weekly|manual).")
+]
+WorkersOption = Annotated[int, typer.Option(min=1, help="Trials run at once.")]
+HostClassOption = Annotated[
+    str | None,
+    typer.Option(help="Compare with runs of this host class (default: the GPUs, else the CPU)."),
+]
+ReportsOption = Annotated[Path, typer.Option(help="Where the nightly reports are written.")]
+NotifyOption = Annotated[str | None, typer.Option(help="POST the JSON report to this URL.")]
+NoMlflowOption = Annotated[bool, typer.Option("--no-mlflow", help="Do not log to MLflow.")]
+
+
+@dataclass(frozen=True)
+class NightlyArgs:
+    suites_dir: Path
+    cadence: str
+    db: str | None
+    workers: int
+    host_class: str | None
+    reports: Path
+    notify: str | None
+    skip_existing: bool
+    mlflow: bool
+
+
+def nightly_suites(directory: Path, cadence: str) -> list[tuple[Path, Suite]]:
+    """The suites of `directory` (its *.yaml files) whose cadence is `cadence`."""
+    if not directory.is_dir():
+        raise fail(f"{directory}: no such folder of suite files")
+    loaded = [(path, load(path)) for path in sorted(directory.glob("*.yaml"))]
+    chosen = [(path, suite) for path, suite in loaded if suite.cadence == cadence]
+    if not chosen:
+        raise fail(f"no suite in {directory} has `cadence: {cadence}`")
+    return chosen
+
+
+def run_nightly(args: NightlyArgs, stop: threading.Event) -> int:
+    """One nightly run of every suite of the cadence; returns the exit code (SPEC 10)."""
+    from harness.nightly import report as reports
+    from harness.nightly.run import (
+        SuiteOutcome,
+        exit_code,
+        host_class,
+        local_executor,
+        machine,
+        run_suite,
+        today,
+    )
+
+    suites = nightly_suites(args.suites_dir, args.cadence)
+    engine = open_db(args.db)
+    if any(uses_hub_models(suite) for _, suite in suites):
+        offline_unless_hub_reachable()
+    host = args.host_class or host_class(machine())
+    tracker = None
+    if args.mlflow and any(suite.tracking.mlflow for _, suite in suites):
+        from harness.tracking import MLflowTracker
+
+        tracker = MLflowTracker(engine)
+    outcomes = []
+    for path, suite in suites:
+        if stop.is_set():
+            break
+        on_finish = None
+        if tracker is not None and suite.tracking.mlflow:
+            on_finish = lambda _trial, trial_id: tracker.log_trial(trial_id)  # noqa: E731
+        console.print(f"{suite.suite}: nightly run on {host}")
+        outcome = run_suite(
+            engine,
+            SuiteOutcome(path, suite),
+            local_executor(args.workers),
+            stop,
+            host,
+            args.skip_existing,
+            on_finish,
+        )
+        outcomes.append(outcome)
+    if stop.is_set():
+        errors.print("stopped: the running trials were killed and their claims released")
+        return 1
+    code = exit_code(outcomes)
+    report = reports.build_report(outcomes, today(), code)
+    for path in reports.write_report(report, args.reports):
+        console.print(f"report: {path}")
+    console.print(reports.markdown(report), markup=False, highlight=False)
+    if args.notify:
+        try:
+            reports.notify(args.notify, report)
+        except reports.NotifyError as error:
+            errors.print(f"[yellow]warning:[/] {error}", highlight=False, soft_wrap=True)
+    return code
+
+
+@app.command()
+def nightly(
+    suites_dir: SuitesDir = Path("suites"),
+    cadence: CadenceOption = "nightly",
+    db: DbOption = None,
+    workers: WorkersOption = 1,
+    host_class: HostClassOption = None,
+    reports: ReportsOption = Path("reports"),
+    notify: NotifyOption = None,
+    skip_existing: Annotated[
+        bool,
+        typer.Option(help="Skip a suite run today at this commit; resume an interrupted one."),
+    ] = False,
+    no_mlflow: NoMlflowOption = False,
+) -> None:
+    """Re-run every trial of the suites of a cadence and report regressions (exit 3)."""
+    from harness.nightly.schedule import stop_on_signals
+
+    args = NightlyArgs(
+        suites_dir, cadence, db, workers, host_class, reports, notify, skip_existing, not no_mlflow
+    )
+    with stop_on_signals() as stop:
+        code = run_nightly(args, stop)
+    raise typer.Exit(code)
+
+
+@app.command()
+def schedule(
+    cron: Annotated[str, typer.Option(help="When to run, in UTC: a cron expression.")],
+    suites_dir: SuitesDir = Path("suites"),
+    now: Annotated[bool, typer.Option(help="Also run once right away.")] = False,
+    cadence: CadenceOption = "nightly",
+    db: DbOption = None,
+    workers: WorkersOption = 1,
+    host_class: HostClassOption = None,
+    reports: ReportsOption = Path("reports"),
+    notify: NotifyOption = None,
+    no_mlflow: NoMlflowOption = False,
+) -> None:
+    """Run `layerbench nightly` at the times of a cron expression until SIGTERM; a suite already
+    run that day at the same commit is skipped."""
+    from harness.nightly.schedule import CronError, check_cron, run_schedule, stop_on_signals
+
+    try:
+        check_cron(cron)
+    except CronError as error:
+        raise fail(str(error)) from None
+    nightly_suites(suites_dir, cadence)  # fail now, not at 2 am
+    args = NightlyArgs(
+        suites_dir, cadence, db, workers, host_class, reports, notify, True, not no_mlflow
+    )
+    console.print(f"scheduled `layerbench nightly {suites_dir}` at '{cron}' (UTC)")
+    with stop_on_signals() as stop:
+
+        def job() -> None:
+            try:
+                code = run_nightly(args, stop)
+            except typer.Exit as error:
+                code = error.exit_code
+            console.print(f"nightly run finished with exit code {code}")
+
+        run_schedule(cron, job, stop, run_now=now)
+    console.print("schedule stopped")
+
+
+@app.command()
+def alerts(
+    db: DbOption = None,
+    ack: Annotated[
+        list[int] | None, typer.Option("--ack", help="Acknowledge this alert (repeatable).")
+    ] = None,
+    suite: Annotated[str | None, typer.Option(help="Only this suite's alerts.")] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="Acknowledged alerts too.")] = False,
+) -> None:
+    """List the nightly alerts not yet acknowledged, or acknowledge some."""
+    from harness.store.nightly import acknowledge, stored_alerts
+
+    engine = open_db(db)
+    for alert_id in ack or []:
+        if not acknowledge(engine, alert_id):
+            raise fail(f"no alert #{alert_id}: `layerbench alerts --all` lists them")
+        console.print(f"alert #{alert_id} acknowledged")
+    if ack:
+        return
+    rows = stored_alerts(engine, suite, include_acknowledged=show_all)
+    if not rows:
+        console.print("no alerts" if show_all else "no alerts to acknowledge")
+    for a in rows:
+        change = "" if a.delta is None else f" {a.old_mean:.4g} -> {a.new_mean:.4g}"
+        z = a.detail.get("z", "n/a") if a.z is None else f"{a.z:.3g}"  # +-inf: no spread
+        extra = "" if a.p_value is None else f" p={a.p_value:.3g} z={z}"
+        line = (
+            f"#{a.id:<4} run #{a.suite_run_id:<4} {a.kind:<11} {a.direction:<6} {a.suite}/"
+            f"{a.method}/{a.model}/{a.task} {a.metric}{change}{extra}"
+            f"{' (acknowledged)' if a.acknowledged else ''}"
+        )
+        console.print(line, markup=False, highlight=False)

@@ -9,7 +9,8 @@ import streamlit as st
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from harness.ranking import Ranking, TrialOutcome, rank, select_tuned
+from harness.ranking import Ranking, TrialOutcome
+from harness.ranking.suite import rank_suite
 from harness.store.db import DatabaseError, redact
 from leaderboard import data
 from leaderboard.filters import (
@@ -40,6 +41,11 @@ class SuiteData:
         """Methods in the order first stored (the suite's order)."""
         return list(self.configs)
 
+    @property
+    def nightly(self) -> frozenset[int]:
+        """The ids of the suite's nightly runs."""
+        return frozenset(run.id for run in self.runs if run.kind == "nightly")
+
 
 @dataclass(frozen=True)
 class Context:
@@ -65,7 +71,6 @@ class Board:
     ranking: Ranking
     tuned: list[TrialOutcome]
     families: dict[str, tuple[str, ...]]
-    baseline_missing: bool
 
 
 @st.cache_resource(show_spinner=False)
@@ -94,23 +99,37 @@ def families(suite: SuiteData, baseline: str | None) -> dict[str, tuple[str, ...
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def board(context: Context) -> Board | None:
-    """The ranking of the selected outcomes; None when the selection keeps none."""
+    """The ranking of the selected outcomes (`harness.ranking.suite.rank_suite`, as the CLI
+    ranks): the suite's current trials, or with a suite run selected the trials that run ran;
+    None when the selection keeps none."""
     selection, suite = context.selection, context.suite
     method_families = families(suite, selection.baseline)
-    chosen = select(suite.outcomes, selection, suite.run_of, method_families)
-    if not chosen:
+    chosen = select(suite.outcomes, selection, suite.run_of, method_families, suite.nightly)
+    keys = {outcome.key for outcome in chosen}
+    ranking = rank_suite(
+        context.engine,
+        selection.suite,
+        metric=selection.metric,
+        baseline=selection.baseline,
+        alpha=selection.alpha,
+        keep=lambda outcome: outcome.key in keys,
+        current_only=selection.run_id is None,
+        nightly=False,  # a nightly run is chosen as a suite run in the sidebar
+    )
+    if ranking is None:
         return None
-    missing = selection.baseline not in {o.method for o in chosen}
-    baseline = None if missing else selection.baseline
-    ranking = rank(chosen, selection.metric, baseline, alpha=selection.alpha)
-    tuned = select_tuned(chosen, selection.metric, ranking.direction)
-    return Board(ranking, tuned, method_families, missing and selection.baseline is not None)
+    ranked = {trial["key"] for row in ranking.rows for trial in row.trials}
+    tuned = [o for o in suite.outcomes if o.key in ranked]
+    return Board(ranking, tuned, method_families)
 
 
-def run_boards(context: Context) -> list[tuple[data.RunInfo, Board]]:
-    """The selection ranked separately on each suite run's trials, oldest run first."""
+def run_boards(context: Context, kind: str | None = None) -> list[tuple[data.RunInfo, Board]]:
+    """The selection ranked separately on each suite run's trials (of `kind` if given), oldest
+    run first."""
     boards = []
     for run in context.suite.runs:
+        if kind is not None and run.kind != kind:
+            continue
         run_context = replace(context, selection=replace(context.selection, run_id=run.id))
         ranked = board(run_context)
         if ranked is not None:
@@ -143,10 +162,13 @@ def sidebar(url: str) -> Context | None:
 def _selection(suite: str, stored: SuiteData) -> Selection:
     bar = st.sidebar
     runs = {run.id: run.label for run in reversed(stored.runs)}
+    nightly = [run_id for run_id in runs if run_id in stored.nightly]
+    everything = "all results of `layerbench run`" if nightly else "all stored results"
     run_id = bar.selectbox(
         "Suite run",
         [None, *runs],
-        format_func=lambda r: "all stored results" if r is None else runs[r],
+        index=1 + list(runs).index(nightly[0]) if nightly else 0,  # the latest nightly run
+        format_func=lambda r: everything if r is None else runs[r],
         key=f"run:{suite}",
     )
     tasks = sorted({o.task for o in stored.outcomes})

@@ -70,10 +70,25 @@ def check_suite(suite: Suite, locator: Locator) -> Iterator[Problem]:
     yield from check_combinations(suite, locator)
     for name in suite.methods:
         yield from check_method(suite, name, locator)
-    for loc, metric in [(("rank", "metric"), suite.rank.metric)] + (
-        [(("rank", "target", "metric"), suite.rank.target.metric)] if suite.rank.target else []
-    ):
+    yield from check_rank(suite, locator)
+
+
+def check_rank(suite: Suite, locator: Locator) -> Iterator[Problem]:
+    """`rank` and `regression` name registered metrics; a per-task target names the suite's
+    tasks."""
+    rank, target = suite.rank, suite.rank.target
+    metrics = [(("rank", "metric"), rank.metric)]
+    metrics += [(("rank", "tune_metric"), rank.tune_metric)] if rank.tune_metric else []
+    metrics += [(("rank", "target", "metric"), target.metric)] if target else []
+    metrics += [(("regression", "metrics", i), m) for i, m in enumerate(suite.regression.metrics)]
+    for loc, metric in metrics:
         yield from lookup(METRICS, metric, loc, locator)
+    if target is not None and isinstance(target.value, dict):
+        for task in target.value:
+            if task not in suite.tasks:
+                known = ", ".join(suite.tasks)
+                loc = ("rank", "target", "value", task)
+                yield locator.problem(loc, f"unknown task '{task}' (tasks: {known})")
 
 
 def lookup(registry: Registry[Any], name: str, loc: Loc, locator: Locator) -> Iterator[Problem]:

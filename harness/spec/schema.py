@@ -41,6 +41,7 @@ class NormSpec(StrictModel):
     type: str = "layernorm"
     qk_norm: bool = False
     final_norm: bool | None = None  # None: the placement's own default
+    embed_norm: bool | None = None  # a norm of the embeddings; None: the placement's default
     eps: PositiveFloat = 1e-5
 
 
@@ -151,17 +152,41 @@ class MatrixEntry(StrictModel):
 
 
 class TargetSpec(StrictModel):
+    """A value of `metric` to reach: one for every task, or a map task -> value (AlgoPerf)."""
+
     metric: str
-    value: float
+    value: float | dict[str, float]
 
 
 class RankSpec(StrictModel):
+    """How the suite is ranked (harness/ranking): metric, tuning, intervals, overall order."""
+
     metric: str = "val_loss"
+    tune_metric: str | None = None  # None: `metric`; pick sweep points on a held-out metric
+    tuning: Literal["per_method", "per_seed"] = "per_method"
+    ci: Literal["t", "bootstrap", "bca"] = "t"
     aggregate: Literal["mean_win_rate", "performance_profile", "mean_rank", "normalized"] = (
         "mean_win_rate"
     )
     target: TargetSpec | None = None
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def profile_needs_target(self) -> RankSpec:
+        if self.aggregate == "performance_profile" and self.target is None:
+            raise ValueError("aggregate performance_profile needs a `target`")
+        return self
+
+
+class RegressionSpec(StrictModel):
+    """How `layerbench nightly` flags a change (SPEC 11, docs/nightly.md)."""
+
+    metrics: list[str] = []  # the metrics watched; empty: `rank.metric`
+    window: PositiveInt = 14  # earlier nightly runs on the same host class in the baseline
+    tolerance: PositiveFloat = 0.02  # the smallest change that matters
+    tolerance_kind: Literal["relative", "absolute"] = "relative"  # of the window's mean, or units
+    z: PositiveFloat = 4.0  # outside the window's mean +- z sigma (Conbench)
+    confirm: PositiveInt = 2  # consecutive flagged runs that confirm a change (PyTorch HUD)
 
 
 class TrackingSpec(StrictModel):
@@ -182,6 +207,6 @@ class Suite(StrictModel):
     matrix: list[MatrixEntry] | None = None
     baseline: str | None = None
     rank: RankSpec = RankSpec()
-    regression: dict[str, PositiveFloat] = {}
+    regression: RegressionSpec = RegressionSpec()
     tracking: TrackingSpec = TrackingSpec()
     plugins: list[str] = []

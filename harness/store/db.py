@@ -22,7 +22,14 @@ from sqlalchemy.orm import Session
 from harness.runner.env import git_commit
 from harness.runner.plan import PlannedTrial
 from harness.runner.results import FINAL_STATUSES, RETRYABLE_STATUSES, TrialResult
-from harness.store.models import LayerStatistic, MetricPoint, Result, SuiteRun, Trial
+from harness.store.models import (
+    ExampleOutcome,
+    LayerStatistic,
+    MetricPoint,
+    Result,
+    SuiteRun,
+    Trial,
+)
 
 DEFAULT_URL = "sqlite:///layerbench.db"
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -219,15 +226,24 @@ class StoreLedger:
                 .values(heartbeat_at=now())
             )
 
+    def release(self, trial: PlannedTrial) -> None:
+        """Give back a claim without a result: the trial is pending again."""
+        with self.engine.begin() as connection:
+            connection.execute(
+                update(Trial)
+                .where(Trial.key == trial.key, Trial.claimed_by == self.me)
+                .values(status="pending", claimed_by=None, heartbeat_at=None)
+            )
+
     def finish(self, trial: PlannedTrial, result: TrialResult) -> None:
-        """Store the result, its series and its statistics in one transaction."""
+        """Store the result, its series, statistics and per-example outcomes in one transaction."""
         with Session(self.engine) as session, session.begin():
             trial_id = session.scalars(
                 select(Trial.id).where(Trial.key == trial.key, Trial.claimed_by == self.me)
             ).one_or_none()
             if trial_id is None:
                 return
-            for table in (MetricPoint, Result, LayerStatistic):
+            for table in (MetricPoint, Result, LayerStatistic, ExampleOutcome):
                 session.execute(delete(table).where(table.trial_id == trial_id))
             session.execute(update(Trial).where(Trial.id == trial_id).values(finished(result)))
             session.add_all(result_rows(trial_id, result))
@@ -278,13 +294,24 @@ def result_rows(trial_id: int, result: TrialResult) -> Iterator[Any]:
             name=stat.name,
             value=finite(stat.value),
         )
+    for metric, outcomes in result.examples.items():
+        for example_id, value in outcomes.items():
+            yield ExampleOutcome(
+                trial_id=trial_id, metric=metric, example_id=example_id, value=finite(value)
+            )
 
 
 @contextmanager
 def suite_run(
-    engine: Engine, suite: str, cadence: str, n_planned: int, ranking: dict[str, Any] | None
+    engine: Engine,
+    suite: str,
+    cadence: str,
+    n_planned: int,
+    ranking: dict[str, Any] | None,
+    trial_keys: list[str] | None = None,
 ) -> Iterator[SuiteRun]:
-    """Record one invocation on a suite: start, end, host, commit, how to rank, trials ran."""
+    """Record one invocation on a suite: start, end, host, commit, how to rank, trials ran, and
+    the keys of its planned trials (what `harness.ranking.suite` ranks)."""
     with Session(engine, expire_on_commit=False) as session, session.begin():
         run = SuiteRun(
             suite=suite,
@@ -295,6 +322,7 @@ def suite_run(
             n_planned=n_planned,
             n_ran=0,
             ranking=ranking,
+            trial_keys=trial_keys,
         )
         session.add(run)
     try:
