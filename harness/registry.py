@@ -222,7 +222,10 @@ class QuantizerEntry(Entry["Scheme"]):
     bits: frozenset[int]
     """The bit widths the scheme supports."""
     options: frozenset[str] = frozenset()
-    """The layout fields (`symmetric`, `group_size`) it honours; others must keep defaults."""
+    """The QuantizeSpec options (`symmetric`, `group_size`, `act_order`, `damp`) it honours;
+    others must keep their defaults."""
+    calibrated: bool = False
+    """The scheme needs each block's calibration inputs (GPTQ): `(block, bits, spec, calls)`."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -186,6 +186,19 @@ QUANTIZERS.declare(
     "rtn", "harness.methods.quantization:rtn", bits=frozenset(range(2, 9)), options=LAYOUT_OPTIONS
 )
 QUANTIZERS.declare(
+    "gptq",
+    "harness.methods.quantization:gptq",
+    bits=frozenset(range(2, 9)),
+    options=LAYOUT_OPTIONS | {"act_order", "damp"},
+    calibrated=True,
+)
+QUANTIZERS.declare(
+    "hqq",
+    "harness.methods.quantization:hqq",
+    bits=frozenset({2, 3, 4, 8}),
+    options=frozenset({"group_size"}),
+)
+QUANTIZERS.declare(
     "torchao_int8",
     "harness.methods.quantization:torchao_int8",
     bits=frozenset({8}),

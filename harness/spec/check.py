@@ -37,8 +37,16 @@ from harness.spec.loader import (
     read_yaml,
     unknown_name_problem,
 )
+from harness.spec.quantize import unsupported
 from harness.spec.resolve import ResolveError, matrix_cells, trial_settings
-from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec, Suite, TrialSettings
+from harness.spec.schema import (
+    LayerwiseSpec,
+    NormSpec,
+    OptimizerSpec,
+    QuantizeSpec,
+    Suite,
+    TrialSettings,
+)
 
 CORE_FIELDS = {"norm": NormSpec.model_fields, "optimizer": OptimizerSpec.model_fields}
 
@@ -264,15 +272,26 @@ def check_settings(
     if settings.prune is not None:
         yield from lookup(PRUNING, settings.prune.criterion, where(("prune", "criterion")), locator)
     if settings.quantize is not None:
-        yield from lookup(
-            QUANTIZERS, settings.quantize.scheme, where(("quantize", "scheme")), locator
-        )
+        yield from check_quantize(settings.quantize, where, locator)
         if settings.quantize.layerwise is not None:
             importance = settings.quantize.layerwise.importance
             where_importance = where(("quantize", "layerwise", "importance"))
             yield from lookup(LAYER_IMPORTANCE, importance, where_importance, locator)
     if settings.optimizer.layerwise is not None:
         yield from check_layerwise(settings.optimizer.layerwise, where, locator)
+
+
+def check_quantize(
+    spec: QuantizeSpec, where: Callable[[Loc], Loc], locator: Locator
+) -> Iterator[Problem]:
+    """The scheme exists and supports the bit widths and options the method sets."""
+    problems = list(lookup(QUANTIZERS, spec.scheme, where(("quantize", "scheme")), locator))
+    if problems:
+        yield from problems
+        return
+    entry = QUANTIZERS.entry(spec.scheme)
+    for field, message in unsupported(spec, entry.bits, entry.options):
+        yield locator.problem(where(("quantize", *field)), message)
 
 
 def check_layerwise(
