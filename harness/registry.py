@@ -22,7 +22,9 @@ class RegistryError(LookupError):
     """An unknown or duplicate name in a registry."""
 
 
-class UnknownNameError(RegistryError):
+class UnknownNameError(RegistryError, ValueError):
+    """A name no entry has; a ValueError too, so Pydantic reports it from inside a validator."""
+
     def __init__(self, family: str, name: str, known: list[str]) -> None:
         self.family, self.name, self.known = family, name, known
         self.suggestion = suggest(name, known)

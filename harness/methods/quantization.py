@@ -28,9 +28,8 @@ from torch import Tensor, nn
 from harness.methods.layers import blocks, linears
 from harness.methods.pruning import highest, mean_cosines
 from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
+from harness.spec.constraints import LAYOUT_OPTIONS, quantize_problems
 from harness.spec.schema import QuantizeSpec
-
-LAYOUT_OPTIONS = frozenset({"group_size", "symmetric"})
 
 
 @dataclass(frozen=True)
@@ -76,21 +75,9 @@ def quantize_model(
 ) -> tuple[nn.Module, QuantReport]:
     """Quantize the Linear layers of `model`'s blocks in place by `spec`; return it and a report."""
     entry = QUANTIZERS.entry(spec.scheme)
-    unsupported = {
-        option
-        for option in LAYOUT_OPTIONS - entry.meta["options"]
-        if getattr(spec, option) != QuantizeSpec.model_fields[option].default
-    }
-    if unsupported:
-        raise ValueError(
-            f"quantization scheme '{spec.scheme}' has a fixed layout; drop {sorted(unsupported)}"
-        )
+    for _, message in quantize_problems(spec, entry.meta, None):
+        raise ValueError(message)
     bits = block_bits(model, spec, calibration)
-    if wrong := sorted(set(bits) - entry.meta["bits"]):
-        raise ValueError(
-            f"quantization scheme '{spec.scheme}' supports bits "
-            f"{sorted(entry.meta['bits'])}, not {wrong}"
-        )
     scheme: Scheme = entry.obj
     kept_bytes = unquantized_bytes(model)
     with torch.no_grad():

@@ -31,6 +31,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from harness.methods.norms import NormRole
 from harness.methods.placement import SublayerNorms
 from harness.registry import MODELS, NORM_PLACEMENTS, NORM_TYPES, Entry
+from harness.spec.constraints import BlockShape
 from harness.spec.schema import NormSpec, StrictModel
 
 ROPE_BASE = 10000.0
@@ -365,7 +366,13 @@ def causal_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
     )
 
 
-@MODELS.register("gpt", params=GPTSpec)
+def block_shape(spec: GPTSpec) -> BlockShape:
+    """`n_layers` blocks whose Linear layers read d_model (attention, MLP in) or d_ff (MLP out)."""
+    d_ff = spec.d_ff or default_d_ff(spec.d_model, spec.mlp)
+    return BlockShape(spec.n_layers, frozenset({spec.d_model, d_ff}))
+
+
+@MODELS.register("gpt", params=GPTSpec, shape=block_shape)
 def build_gpt(spec: GPTSpec, norm: NormSpec, vocab_size: int) -> GPT:
     """The built-in decoder-only transformer (nanoGPT-style GPT-2 with configurable norms)."""
     config = GPTConfig(
