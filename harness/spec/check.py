@@ -43,12 +43,20 @@ from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec, Suite, T
 CORE_FIELDS = {"norm": NormSpec.model_fields, "optimizer": OptimizerSpec.model_fields}
 
 
-def load_suite(path: str | Path) -> Suite:
-    """Read and fully validate a suite file; raises SuiteError listing every problem."""
+def load_suite(
+    path: str | Path, before_plugins: Callable[[list[str]], None] | None = None
+) -> Suite:
+    """Read and fully validate a suite file; raises SuiteError listing every problem.
+
+    The suite's `plugins` are imported (their code runs: nothing else in a suite does), after
+    `before_plugins(plugins)` is called to say so.
+    """
     data, locator = read_yaml(Path(path))
     suite, problems = validated(Suite, data, locator)
     if suite is None:
         raise SuiteError(problems)
+    if suite.plugins and before_plugins is not None:
+        before_plugins(suite.plugins)
     problems = list(import_plugins(suite.plugins, locator))
     problems += list(check_suite(suite, locator))
     if problems:

@@ -15,6 +15,7 @@ from leaderboard.tables import (
     status_counts,
     summary_frame,
 )
+from leaderboard.text import plain
 
 NUMBER = st.column_config.NumberColumn
 ROW_FORMATS = {
@@ -40,7 +41,7 @@ def render(context: Context) -> None:
         return
     st.caption(caption(ranked.ranking, selection.alpha))
     if ranked.baseline_missing:
-        st.warning(f"The baseline '{selection.baseline}' has no trials in this selection.")
+        st.warning(f"The baseline '{plain(selection.baseline)}' has no trials in this selection.")
     if all_failed(ranked.ranking):
         st.warning(failure_message(ranked.ranking.metric, ranked.tuned))
     st.subheader("Overall")
