@@ -36,8 +36,8 @@ FAULTS = {
     "ok": "{}",
     "nan": "{optimizer: {lr: 1.0e+6}, train: {grad_clip: null, divergence_factor: 1.0e+30}}",
     "exception": "{optimizer: {name: explode}}",
-    "soft-timeout": "{optimizer: {name: sleepy}, time_limit_s: 2, train: {steps: 40}}",
-    "hang": "{optimizer: {name: hang}, time_limit_s: 2}",
+    "soft-timeout": "{optimizer: {name: sleepy}, time_limit_s: 30, train: {steps: 400}}",
+    "hang": "{optimizer: {name: hang}, time_limit_s: 30}",
     "oom": "{}",
 }
 OOM_MODEL = "{type: gpt, n_layers: 4, d_model: 4096, n_heads: 8, max_seq_len: 32}"

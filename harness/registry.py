@@ -116,7 +116,7 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         self._load()
-        return name in self._entries
+        return isinstance(name, str) and name in self._entries
 
 
 @dataclass(frozen=True)

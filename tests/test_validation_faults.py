@@ -138,3 +138,11 @@ def test_python_tags_are_refused_with_exit_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate", str(path)])
     assert result.exit_code == 2
     assert not marker.exists()
+
+
+def test_a_type_that_is_not_a_name_is_located(tmp_path: Path) -> None:
+    """Found by the fuzzer: `type: {}` crashed the registry lookup with `unhashable type`."""
+    path = write_suite(tmp_path, "pre-ln: {}")
+    path.write_text(path.read_text().replace("{type: lm,", "{type: {},"))
+    (problem,) = problems_of(path)
+    assert problem.startswith(f"{path}:{line_of(path, 'type: {}')}: tasks.bytes.type: 'type' must")

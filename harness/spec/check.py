@@ -91,9 +91,14 @@ def check_typed_sections(
     """Each model/task must name a registered `type` and match that type's schema."""
     for name, section in sections.items():
         loc = (field, name)
-        if "type" not in section:
+        if not isinstance(section.get("type"), str):
             known = ", ".join(registry.names())
-            yield locator.problem(loc, f"missing field 'type' (one of: {known})")
+            where, what = (
+                ((*loc, "type"), "'type' must be a name")
+                if "type" in section
+                else (loc, "missing field 'type'")
+            )
+            yield locator.problem(where, f"{what} (one of: {known})")
             continue
         try:
             entry = registry.entry(str(section["type"]))
