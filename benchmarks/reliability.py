@@ -250,7 +250,10 @@ def concurrency(kind: str, runners: int, trials: int) -> dict[str, Any]:
         suite = write_suite(workdir, lr_methods(trials // 2), seeds=2)
         env = environment(workdir)
         subprocess.run(
-            [sys.executable, "-m", "harness", "db", "upgrade", "--db", url], env=env, check=True
+            [sys.executable, "-m", "harness", "db", "upgrade", "--db", url],
+            env=env,
+            check=True,
+            capture_output=True,
         )
         started = time.monotonic()
         processes = [start(suite, url, env, "--no-mlflow") for _ in range(runners)]
