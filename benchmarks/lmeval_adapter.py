@@ -62,7 +62,7 @@ def main() -> None:
     ours, theirs = [], []
     with torch.no_grad():
         for _ in range(args.repeats):
-            ours.append(timed(lambda: task.evaluate(loaded.model, batch_size=8)))
+            ours.append(timed(lambda: task.evaluate(loaded.model, batch_size=8).metrics))
             theirs.append(
                 timed(lambda: direct(loaded.model, loaded.tokenizer, args.task, args.limit))
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,6 +20,8 @@ from harness.store.db import DatabaseError, StoreLedger, open_database, suite_ru
 from harness.store.queries import stored_outcomes, trial_statuses, unlogged_count
 
 if TYPE_CHECKING:
+    import threading
+
     from harness.ranking import Ranking
 
 app = typer.Typer(
@@ -190,12 +193,15 @@ def build_ranking(
     metric: str | None = None,
     all_points: bool = False,
 ) -> Ranking | None:
-    """The ranking of the stored results, with steps and time to `rank.target` if the suite sets
-    one; `all_points` ranks every sweep point as a method of its own."""
+    """The ranking of the latest results (`latest_results`: the last nightly run if it is newer),
+    with steps and time to `rank.target` if the suite sets one; `all_points` ranks every sweep
+    point as a method of its own."""
     from harness.ranking import Target, TrialOutcome, each_point, rank
+    from harness.store.nightly import latest_results
 
     target = suite.rank.target
-    records = stored_outcomes(engine, [t.key for t in trials], target.metric if target else None)
+    keys, series = [t.key for t in trials], target.metric if target else None
+    records = latest_results(engine, suite.suite, keys, series)
     outcomes = [TrialOutcome(**record) for record in records]
     if not outcomes:
         return None
@@ -363,3 +369,197 @@ def cache() -> None:
     console.print(
         f"  bigbench tasks: {', '.join(installed) or 'none (layerbench data install bigbench)'}"
     )
+
+
+SuitesDir = Annotated[Path, typer.Argument(help="A folder of suite files.")]
+CadenceOption = Annotated[
+    str, typer.Option(help="Run the suites of this cadence (commit|nightly|weekly|manual).")
+]
+WorkersOption = Annotated[int, typer.Option(min=1, help="Trials run at once.")]
+HostClassOption = Annotated[
+    str | None,
+    typer.Option(help="Compare with runs of this host class (default: the GPUs, else the CPU)."),
+]
+ReportsOption = Annotated[Path, typer.Option(help="Where the nightly reports are written.")]
+NotifyOption = Annotated[str | None, typer.Option(help="POST the JSON report to this URL.")]
+NoMlflowOption = Annotated[bool, typer.Option("--no-mlflow", help="Do not log to MLflow.")]
+
+
+@dataclass(frozen=True)
+class NightlyArgs:
+    suites_dir: Path
+    cadence: str
+    db: str | None
+    workers: int
+    host_class: str | None
+    reports: Path
+    notify: str | None
+    skip_existing: bool
+    mlflow: bool
+
+
+def nightly_suites(directory: Path, cadence: str) -> list[tuple[Path, Suite]]:
+    """The suites of `directory` (its *.yaml files) whose cadence is `cadence`."""
+    if not directory.is_dir():
+        raise fail(f"{directory}: no such folder of suite files")
+    loaded = [(path, load(path)) for path in sorted(directory.glob("*.yaml"))]
+    chosen = [(path, suite) for path, suite in loaded if suite.cadence == cadence]
+    if not chosen:
+        raise fail(f"no suite in {directory} has `cadence: {cadence}`")
+    return chosen
+
+
+def run_nightly(args: NightlyArgs, stop: threading.Event) -> int:
+    """One nightly run of every suite of the cadence; returns the exit code (SPEC 10)."""
+    from harness.nightly import report as reports
+    from harness.nightly.run import (
+        SuiteOutcome,
+        exit_code,
+        host_class,
+        local_executor,
+        machine,
+        run_suite,
+        today,
+    )
+
+    suites = nightly_suites(args.suites_dir, args.cadence)
+    engine = open_db(args.db)
+    if any(uses_hub_models(suite) for _, suite in suites):
+        offline_unless_hub_reachable()
+    host = args.host_class or host_class(machine())
+    tracker = None
+    if args.mlflow and any(suite.tracking.mlflow for _, suite in suites):
+        from harness.tracking import MLflowTracker
+
+        tracker = MLflowTracker(engine)
+    outcomes = []
+    for path, suite in suites:
+        if stop.is_set():
+            break
+        on_finish = None
+        if tracker is not None and suite.tracking.mlflow:
+            on_finish = lambda _trial, trial_id: tracker.log_trial(trial_id)  # noqa: E731
+        console.print(f"{suite.suite}: nightly run on {host}")
+        outcome = run_suite(
+            engine,
+            SuiteOutcome(path, suite),
+            local_executor(args.workers),
+            stop,
+            host,
+            args.skip_existing,
+            on_finish,
+        )
+        outcomes.append(outcome)
+    if stop.is_set():
+        errors.print("stopped: the running trials were killed and their claims released")
+        return 1
+    code = exit_code(outcomes)
+    report = reports.build_report(outcomes, today(), code)
+    for path in reports.write_report(report, args.reports):
+        console.print(f"report: {path}")
+    console.print(reports.markdown(report), markup=False, highlight=False)
+    if args.notify:
+        try:
+            reports.notify(args.notify, report)
+        except reports.NotifyError as error:
+            errors.print(f"[yellow]warning:[/] {error}", highlight=False, soft_wrap=True)
+    return code
+
+
+@app.command()
+def nightly(
+    suites_dir: SuitesDir = Path("suites"),
+    cadence: CadenceOption = "nightly",
+    db: DbOption = None,
+    workers: WorkersOption = 1,
+    host_class: HostClassOption = None,
+    reports: ReportsOption = Path("reports"),
+    notify: NotifyOption = None,
+    skip_existing: Annotated[
+        bool,
+        typer.Option(help="Skip a suite run today at this commit; resume an interrupted one."),
+    ] = False,
+    no_mlflow: NoMlflowOption = False,
+) -> None:
+    """Re-run every trial of the suites of a cadence and report regressions (exit 3)."""
+    from harness.nightly.schedule import stop_on_signals
+
+    args = NightlyArgs(
+        suites_dir, cadence, db, workers, host_class, reports, notify, skip_existing, not no_mlflow
+    )
+    with stop_on_signals() as stop:
+        code = run_nightly(args, stop)
+    raise typer.Exit(code)
+
+
+@app.command()
+def schedule(
+    cron: Annotated[str, typer.Option(help="When to run, in UTC: a cron expression.")],
+    suites_dir: SuitesDir = Path("suites"),
+    now: Annotated[bool, typer.Option(help="Also run once right away.")] = False,
+    cadence: CadenceOption = "nightly",
+    db: DbOption = None,
+    workers: WorkersOption = 1,
+    host_class: HostClassOption = None,
+    reports: ReportsOption = Path("reports"),
+    notify: NotifyOption = None,
+    no_mlflow: NoMlflowOption = False,
+) -> None:
+    """Run `layerbench nightly` at the times of a cron expression until SIGTERM; a suite already
+    run that day at the same commit is skipped."""
+    from harness.nightly.schedule import CronError, check_cron, run_schedule, stop_on_signals
+
+    try:
+        check_cron(cron)
+    except CronError as error:
+        raise fail(str(error)) from None
+    nightly_suites(suites_dir, cadence)  # fail now, not at 2 am
+    args = NightlyArgs(
+        suites_dir, cadence, db, workers, host_class, reports, notify, True, not no_mlflow
+    )
+    console.print(f"scheduled `layerbench nightly {suites_dir}` at '{cron}' (UTC)")
+    with stop_on_signals() as stop:
+
+        def job() -> None:
+            try:
+                code = run_nightly(args, stop)
+            except typer.Exit as error:
+                code = error.exit_code
+            console.print(f"nightly run finished with exit code {code}")
+
+        run_schedule(cron, job, stop, run_now=now)
+    console.print("schedule stopped")
+
+
+@app.command()
+def alerts(
+    db: DbOption = None,
+    ack: Annotated[
+        list[int] | None, typer.Option("--ack", help="Acknowledge this alert (repeatable).")
+    ] = None,
+    suite: Annotated[str | None, typer.Option(help="Only this suite's alerts.")] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="Acknowledged alerts too.")] = False,
+) -> None:
+    """List the nightly alerts not yet acknowledged, or acknowledge some."""
+    from harness.store.nightly import acknowledge, stored_alerts
+
+    engine = open_db(db)
+    for alert_id in ack or []:
+        if not acknowledge(engine, alert_id):
+            raise fail(f"no alert #{alert_id}: `layerbench alerts --all` lists them")
+        console.print(f"alert #{alert_id} acknowledged")
+    if ack:
+        return
+    rows = stored_alerts(engine, suite, include_acknowledged=show_all)
+    if not rows:
+        console.print("no alerts" if show_all else "no alerts to acknowledge")
+    for a in rows:
+        change = "" if a.delta is None else f" {a.old_mean:.4g} -> {a.new_mean:.4g}"
+        z = a.detail.get("z", "n/a") if a.z is None else f"{a.z:.3g}"  # +-inf: no spread
+        extra = "" if a.p_value is None else f" p={a.p_value:.3g} z={z}"
+        line = (
+            f"#{a.id:<4} run #{a.suite_run_id:<4} {a.kind:<11} {a.direction:<6} {a.suite}/"
+            f"{a.method}/{a.model}/{a.task} {a.metric}{change}{extra}"
+            f"{' (acknowledged)' if a.acknowledged else ''}"
+        )
+        console.print(line, markup=False, highlight=False)

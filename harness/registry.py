@@ -167,8 +167,8 @@ FAMILIES: dict[str, Registry[Any]] = {
 for _name, _direction, _description in [
     ("val_loss", "min", "in-distribution validation loss (nats per token)"),
     ("val_ppl", "min", "validation perplexity"),
-    ("bits_per_byte", "min", "validation bits per byte of text"),
-    ("test_loss", "min", "test loss at the end of training"),
+    ("bits_per_byte", "min", "bits per byte of text (lm: validation; perplexity: its split)"),
+    ("test_loss", "min", "held-out test loss (reporting split; at the end of training)"),
     ("test_ppl", "min", "test perplexity at the end of training"),
     ("test_bits_per_byte", "min", "test bits per byte at the end of training"),
     ("train_loss", "min", "training loss (mean over the last logging window)"),
@@ -185,6 +185,12 @@ for _name, _direction, _description in [
     ("tokens_per_s", "max", "training throughput (tokens per second of train time)"),
     ("params", "min", "number of parameters"),
     ("ood_acc", "max", "out-of-distribution accuracy of a synthetic task"),
+    ("test_acc", "max", "held-out test accuracy at the end of training (synthetic: ID test set)"),
+    ("val_bits_per_byte", "min", "validation (tuning split) bits per byte of a perplexity task"),
+    ("val_acc", "max", "accuracy on the task's validation split (lm-eval, tuning split)"),
+    ("val_acc_norm", "max", "length-normalized accuracy on the validation split (lm-eval)"),
+    ("val_word_perplexity", "min", "word perplexity on the validation split (lm-eval)"),
+    ("val_byte_perplexity", "min", "byte perplexity on the validation split (lm-eval)"),
 ]:
     METRICS.add(_name, Metric(_direction, _description), doc=_description)  # type: ignore[arg-type]
 

@@ -106,20 +106,62 @@ def pareto_plot(
     return figure
 
 
-def trend_plot(history: pd.DataFrame, metric: str) -> go.Figure:
-    """Mean per method per suite run (columns run, method, mean, regression), regressions in red."""
+ALERT_MARKERS = {
+    "regression": ("red", "x"),
+    "status": ("purple", "x"),
+    "suspected": ("orange", "diamond"),
+    "improvement": ("green", "triangle-up"),
+}
+
+
+def trend_plot(history: pd.DataFrame, alerts: pd.DataFrame, metric: str) -> go.Figure:
+    """Mean per method per nightly run with its CI as a band (history: run, method, mean, ci_low,
+    ci_high), and the alerts on the curve (alerts: run, method, mean, kind, acknowledged); an
+    acknowledged alert is drawn hollow."""
     figure = go.Figure()
-    for method, line in history.groupby("method", sort=True):
-        figure.add_scatter(x=line["run"], y=line["mean"], mode="lines+markers", name=method)
-    flagged = history[history["regression"]]
-    figure.add_scatter(
-        x=flagged["run"],
-        y=flagged["mean"],
-        mode="markers",
-        name="regression",
-        marker={"color": "red", "size": 14, "symbol": "x"},
-    )
+    for index, (method, line) in enumerate(history.groupby("method", sort=True)):
+        color = PALETTE[index % len(PALETTE)]
+        band = line.dropna(subset=["ci_low", "ci_high"])
+        figure.add_scatter(
+            x=pd.concat([band["run"], band["run"][::-1]]),
+            y=pd.concat([band["ci_high"], band["ci_low"][::-1]]),
+            fill="toself",
+            fillcolor=color,
+            opacity=0.2,
+            line={"width": 0},
+            hoverinfo="skip",
+            legendgroup=method,
+            showlegend=False,
+        )
+        figure.add_scatter(
+            x=line["run"],
+            y=line["mean"],
+            mode="lines+markers",
+            name=method,
+            legendgroup=method,
+            line={"color": color},
+        )
+    for kind, (color, symbol) in ALERT_MARKERS.items():
+        marked = alerts[alerts["kind"] == kind]
+        if marked.empty:
+            continue
+        figure.add_scatter(
+            x=marked["run"],
+            y=marked["mean"],
+            mode="markers",
+            name=kind,
+            text=[
+                f"#{a.id} {a.method}{' (acknowledged)' if a.acknowledged else ''}"
+                for a in marked.itertuples()
+            ],
+            marker={
+                "color": color,
+                "size": 14,
+                "symbol": [symbol + ("-open" if ack else "") for ack in marked["acknowledged"]],
+                "line": {"width": 2, "color": color},
+            },
+        )
     figure.update_layout(
-        xaxis_title="suite run", yaxis_title=metric, xaxis_type="category", height=380
+        xaxis_title="nightly run", yaxis_title=metric, xaxis_type="category", height=420
     )
     return figure

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from harness.ranking import TrialOutcome
 from harness.store.db import DatabaseError, database_url, make_engine
-from harness.store.models import LayerStatistic, MetricPoint, Result, SuiteRun, Trial
+from harness.store.models import Alert, LayerStatistic, MetricPoint, Result, SuiteRun, Trial
 from harness.store.queries import CHUNK, stored_outcomes
 
 
@@ -33,12 +33,14 @@ class RunInfo:
     git_commit: str | None
     n_ran: int
     ranking: dict[str, Any] | None = None  # the suite's baseline and `rank` section
+    kind: str = "run"  # or "nightly"
 
     @property
     def label(self) -> str:
         commit = f" @ {self.git_commit[:8]}" if self.git_commit else ""
         started = f"{self.started_at:%Y-%m-%d %H:%M}"
-        return f"#{self.id} {self.cadence} {started}{commit}, {self.n_ran} trials run"
+        what = "nightly" if self.kind == "nightly" else self.cadence
+        return f"#{self.id} {what} {started}{commit}, {self.n_ran} trials run"
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,42 @@ def suite_runs(engine: Engine, suite: str) -> list[RunInfo]:
     query = select(SuiteRun).where(SuiteRun.suite == suite).order_by(SuiteRun.id)
     with Session(engine) as session:
         return [
-            RunInfo(run.id, run.cadence, run.started_at, run.git_commit, run.n_ran, run.ranking)
+            RunInfo(
+                run.id,
+                run.cadence,
+                run.started_at,
+                run.git_commit,
+                run.n_ran,
+                run.ranking,
+                run.kind,
+            )
             for run in session.scalars(query)
         ]
+
+
+ALERT_COLUMNS = [
+    Alert.id,
+    Alert.suite_run_id,
+    Alert.method,
+    Alert.model,
+    Alert.task,
+    Alert.metric,
+    Alert.kind,
+    Alert.direction,
+    Alert.old_mean,
+    Alert.new_mean,
+    Alert.delta,
+    Alert.percent,
+    Alert.p_value,
+    Alert.z,
+    Alert.acknowledged,
+]
+
+
+def alerts(engine: Engine, suite: str) -> pd.DataFrame:
+    """The suite's nightly alerts, oldest first (`layerbench alerts` acknowledges them)."""
+    query = select(*ALERT_COLUMNS).where(Alert.suite == suite).order_by(Alert.id)
+    return _frame(engine, [query], [c.key for c in ALERT_COLUMNS])
 
 
 def outcomes(engine: Engine, suite: str) -> list[TrialOutcome]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,13 +84,21 @@ def select(
     selection: Selection,
     run_of: Mapping[str, int | None],
     families: Mapping[str, tuple[str, ...]],
+    nightly: Collection[int] = (),
 ) -> list[TrialOutcome]:
-    """The outcomes of the selected run, tasks, models and method families (and the baseline)."""
+    """The outcomes of the selected run, tasks, models and method families (and the baseline).
+
+    No run selected means every result of `layerbench run`: the trials of the `nightly` runs
+    (each night re-runs the suite) are only seen one run at a time."""
     wanted = set(selection.families)
     return [
         outcome
         for outcome in outcomes
-        if (selection.run_id is None or run_of.get(outcome.key) == selection.run_id)
+        if (
+            run_of.get(outcome.key) == selection.run_id
+            if selection.run_id is not None
+            else run_of.get(outcome.key) not in nightly
+        )
         and outcome.task in selection.tasks
         and outcome.model in selection.models
         and (outcome.method == selection.baseline or wanted & set(families.get(outcome.method, ())))

@@ -40,6 +40,11 @@ class SuiteData:
         """Methods in the order first stored (the suite's order)."""
         return list(self.configs)
 
+    @property
+    def nightly(self) -> frozenset[int]:
+        """The ids of the suite's nightly runs."""
+        return frozenset(run.id for run in self.runs if run.kind == "nightly")
+
 
 @dataclass(frozen=True)
 class Context:
@@ -97,7 +102,7 @@ def board(context: Context) -> Board | None:
     """The ranking of the selected outcomes; None when the selection keeps none."""
     selection, suite = context.selection, context.suite
     method_families = families(suite, selection.baseline)
-    chosen = select(suite.outcomes, selection, suite.run_of, method_families)
+    chosen = select(suite.outcomes, selection, suite.run_of, method_families, suite.nightly)
     if not chosen:
         return None
     missing = selection.baseline not in {o.method for o in chosen}
@@ -107,10 +112,13 @@ def board(context: Context) -> Board | None:
     return Board(ranking, tuned, method_families, missing and selection.baseline is not None)
 
 
-def run_boards(context: Context) -> list[tuple[data.RunInfo, Board]]:
-    """The selection ranked separately on each suite run's trials, oldest run first."""
+def run_boards(context: Context, kind: str | None = None) -> list[tuple[data.RunInfo, Board]]:
+    """The selection ranked separately on each suite run's trials (of `kind` if given), oldest
+    run first."""
     boards = []
     for run in context.suite.runs:
+        if kind is not None and run.kind != kind:
+            continue
         run_context = replace(context, selection=replace(context.selection, run_id=run.id))
         ranked = board(run_context)
         if ranked is not None:
@@ -143,10 +151,13 @@ def sidebar(url: str) -> Context | None:
 def _selection(suite: str, stored: SuiteData) -> Selection:
     bar = st.sidebar
     runs = {run.id: run.label for run in reversed(stored.runs)}
+    nightly = [run_id for run_id in runs if run_id in stored.nightly]
+    everything = "all results of `layerbench run`" if nightly else "all stored results"
     run_id = bar.selectbox(
         "Suite run",
         [None, *runs],
-        format_func=lambda r: "all stored results" if r is None else runs[r],
+        index=1 + list(runs).index(nightly[0]) if nightly else 0,  # the latest nightly run
+        format_func=lambda r: everything if r is None else runs[r],
         key=f"run:{suite}",
     )
     tasks = sorted({o.task for o in stored.outcomes})

@@ -111,27 +111,29 @@ def all_failed(ranking: Ranking) -> bool:
     return all(row.mean is None for row in ranking.rows)
 
 
-HISTORY_COLUMNS = ["run", "run_id", "task", "model", "method", "mean"]
-HISTORY_KEYS = ["task", "model", "method"]
+HISTORY_COLUMNS = ["run", "run_id", "task", "model", "method", "mean", "ci_low", "ci_high"]
+ALERT_KINDS = ("regression", "status")  # what "regressions only" keeps
 
 
 def history_frame(rankings: Iterable[tuple[RunInfo, Ranking]]) -> pd.DataFrame:
-    """Each method's mean per (task, model) in each suite run, oldest run first."""
+    """Each method's mean and CI per (task, model) in each suite run, oldest run first."""
     records = [
-        [run.label, run.id, row.task, row.model, row.method, row.mean]
+        [run.label, run.id, row.task, row.model, row.method, row.mean, row.ci_low, row.ci_high]
         for run, ranking in rankings
         for row in ranking.rows
     ]
     frame = pd.DataFrame.from_records(records, columns=HISTORY_COLUMNS)
-    return frame.astype({"mean": float}).sort_values("run_id", kind="stable")
+    frame = frame.astype({"mean": float, "ci_low": float, "ci_high": float})
+    return frame.sort_values("run_id", kind="stable")
 
 
-def flag_regressions(history: pd.DataFrame, direction: str, tolerance: float) -> pd.DataFrame:
-    """`history` with the change since the method's previous run, and whether it regressed.
-
-    A regression is a change in the worse direction of the metric by more than `tolerance`.
-    """
-    previous = history.groupby(HISTORY_KEYS)["mean"].shift()
-    change = history["mean"] - previous
-    worse = change > tolerance if direction == "min" else change < -tolerance
-    return history.assign(previous=previous, change=change, regression=worse)
+def alerts_on_history(history: pd.DataFrame, alerts: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The alerts of the metric (and status alerts) placed on the curve: with the run's label and
+    the method's mean in that run, as the History page marks them."""
+    shown = alerts[alerts["metric"].isin([metric, "status"])]
+    points = history[["run", "run_id", "task", "model", "method", "mean"]]
+    return shown.merge(
+        points,
+        left_on=["suite_run_id", "task", "model", "method"],
+        right_on=["run_id", "task", "model", "method"],
+    ).drop(columns=["run_id"])

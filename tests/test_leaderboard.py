@@ -23,7 +23,7 @@ from harness.cli import app as cli
 from harness.runner.plan import PlannedTrial, plan_suite
 from harness.runner.results import TrialResult
 from harness.spec import load_suite
-from harness.store.db import make_engine, upgrade
+from harness.store.db import make_engine, open_database, upgrade
 from harness.store.models import Result, Trial
 from leaderboard.state import engine as app_engine
 from tests.conftest import ROOT, write_suite
@@ -176,7 +176,7 @@ def test_a_suite_with_only_failed_trials_says_so_on_every_page(tmp_path: Path) -
     assert rows["mean"].isna().all() and list(rows["seeds failed"]) == [2, 2]
     assert run_app("compare").info[-1].value.startswith("Pareto plots need")
     assert "RuntimeError: fake failed" in run_app("trial").code[0].value
-    assert run_app("history").get("plotly_chart")
+    assert run_app("history").info[0].value.startswith("No nightly run of this suite")
 
 
 def plotted(values: Any) -> list[float]:
@@ -215,23 +215,29 @@ def test_trial_page_shows_a_trial_and_links_its_mlflow_run(
     assert at.link_button[0].proto.url == "http://mlflow.test:5000/#/runs/abc123"
 
 
-def test_history_flags_a_method_that_got_worse_since_the_last_run(tmp_path: Path) -> None:
-    database = make_engine(os.environ["LAYERBENCH_DB"])
-    upgrade(database)
-    rng = np.random.default_rng(0)
-    for night, worse in enumerate([0.0, 0.2]):
-        trials = planned("nightly", {"a": {}, "b": {"x": 1}}, ["m"], ["t"], [0, 1], f"v{night}")
-        losses = [1.0 + (worse if t.method == "b" else 0.0) + 0.01 * t.seed for t in trials]
-        store(
-            database,
-            [(t, fake_result("done", v, rng)) for t, v in zip(trials, losses, strict=True)],
-        )
+def test_history_marks_nightly_alerts_on_the_curve_and_filters_regressions(
+    tmp_path: Path,
+) -> None:
+    from tests.test_nightly import SUITE, nightly_history
+
+    suite = tmp_path / "nightly.yaml"
+    suite.write_text(SUITE)
+    nights = nightly_history(open_database(), suite)
     at = run_app("history")
-    regressions = at.dataframe[0].value
-    assert list(regressions["method"]) == ["b"]
-    assert regressions["change"].iloc[0] == pytest.approx(0.2)
-    at.number_input[0].set_value(0.5).run()
-    assert at.dataframe[0].value.empty
+    assert at.selectbox(key="run:tiny").value == nights[-1].run.id  # the latest nightly run
+    (chart,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    traces = {t.get("name"): t for t in chart["data"] if t.get("name")}
+    assert {"a", "b", "c", "regression", "suspected"} <= set(traces)
+    assert traces["suspected"]["marker"]["symbol"] == ["diamond-open"]  # acknowledged
+    assert traces["regression"]["marker"]["symbol"] == ["x"]
+    assert plotted(traces["regression"]["y"]) == pytest.approx([2.4 + 0.005 / 3])
+    alerts = at.dataframe[0].value
+    assert list(alerts["kind"]) == ["suspected", "regression"]
+    assert list(alerts["acknowledged"]) == [True, False]
+    at.checkbox(key="regressions-only").check().run()
+    assert list(at.dataframe[0].value["kind"]) == ["regression"]
+    (chart,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert {t.get("name") for t in chart["data"]} - {None} == {"b", "regression"}
 
 
 def assert_writes_fail(url: str) -> None:

@@ -39,3 +39,28 @@ def test_the_leaderboard_shows_the_top_method_in_chromium(chromium: None, tmp_pa
         page.screenshot(path=screenshot, full_page=True)
         browser.close()
     assert screenshot.stat().st_size > 10_000
+
+
+def test_the_history_page_shows_a_regression_on_the_curve_in_chromium(
+    chromium: None, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from harness.store.db import open_database
+    from tests.test_nightly import SUITE, nightly_history
+
+    url = os.environ["LAYERBENCH_DB"]
+    suite = tmp_path / "nightly.yaml"
+    suite.write_text(SUITE)
+    nightly_history(open_database(url), suite)
+    screenshot = tmp_path / "history.png"
+    with serve(url, tmp_path / "server.log") as address, sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(address + "history")
+        expect(page.get_by_text("Alerts (2)")).to_be_visible(timeout=60_000)
+        legend = page.locator(".js-plotly-plot .legendtext")
+        expect(legend.filter(has_text="regression")).to_be_visible()
+        page.screenshot(path=screenshot, full_page=True)
+        browser.close()
+    assert screenshot.stat().st_size > 10_000

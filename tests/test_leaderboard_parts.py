@@ -10,7 +10,7 @@ from harness.ranking import TrialOutcome
 from leaderboard.charts import curve_bands, pareto_front
 from leaderboard.filters import Selection, method_families, select
 from leaderboard.links import mlflow_run_url
-from leaderboard.tables import flag_regressions
+from leaderboard.tables import alerts_on_history
 
 BASE = {
     "norm": {"placement": "pre", "type": "layernorm"},
@@ -84,7 +84,7 @@ def test_curve_bands_average_seeds_per_step_and_skip_missing_values() -> None:
     assert bands["train_time_s"].tolist() == [2.0, 4.0]
 
 
-def test_regressions_follow_the_metric_direction_and_the_tolerance() -> None:
+def test_alerts_sit_on_the_curve_of_their_run_and_method() -> None:
     history = pd.DataFrame(
         {
             "run": ["#1", "#1", "#2", "#2"],
@@ -95,11 +95,21 @@ def test_regressions_follow_the_metric_direction_and_the_tolerance() -> None:
             "mean": [0.80, 0.70, 0.75, 0.72],
         }
     )
-    lower_is_better = flag_regressions(history, "min", 0.01)
-    assert lower_is_better["regression"].tolist() == [False, False, False, True]
-    higher_is_better = flag_regressions(history, "max", 0.01)
-    assert higher_is_better["regression"].tolist() == [False, False, True, False]
-    assert higher_is_better["change"].tolist()[2:] == pytest.approx([-0.05, 0.02])
+    alerts = pd.DataFrame(
+        {
+            "suite_run_id": [2, 2, 2],
+            "task": ["t"] * 3,
+            "model": ["m"] * 3,
+            "method": ["b", "a", "a"],
+            "metric": ["val_loss", "status", "accuracy"],
+            "kind": ["regression", "status", "improvement"],
+        }
+    )
+    placed = alerts_on_history(history, alerts, "val_loss")
+    assert list(zip(placed["run"], placed["method"], placed["mean"], strict=True)) == [
+        ("#2", "b", 0.72),
+        ("#2", "a", 0.75),
+    ]
 
 
 def test_mlflow_links_need_a_server_url(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from harness.cache import DataMissingError
 from harness.models.pretrained import PretrainedSpec, load_pretrained
 from harness.tasks import bigbench
 from harness.tasks.corpora import ModelTokenizer, load_corpus
-from harness.tasks.lm import eval_windows
+from harness.tasks.lm import eval_windows, split_documents
 from harness.tasks.lmeval import (
     LMEvalTask,
     LMEvalTaskSpec,
@@ -69,7 +69,8 @@ def test_harness_metrics_equal_lm_eval_called_directly(
     from lm_eval.tasks import TaskManager
 
     spec = LMEvalTaskSpec(task="lb_bigbench_hyperbaton", limit=10)
-    ours = LMEvalTask(spec, ModelTokenizer(tokenizer)).evaluate(llama, batch_size=4)
+    evaluation = LMEvalTask(spec, ModelTokenizer(tokenizer)).evaluate(llama, batch_size=4)
+    ours = evaluation.metrics
     direct = simple_evaluate(
         model=HFLM(pretrained=llama, tokenizer=tokenizer, batch_size=4, device="cpu"),
         tasks=["lb_bigbench_hyperbaton"],
@@ -82,6 +83,15 @@ def test_harness_metrics_equal_lm_eval_called_directly(
     expected = lm_eval_metrics(direct, "lb_bigbench_hyperbaton")
     assert ours == expected
     assert set(ours) >= {"acc", "acc_norm"} and 0.0 <= ours["acc"] <= 1.0
+    # lm-eval's own per-sample log: one 0/1 outcome per example, whose mean is the accuracy
+    for metric in ("acc", "acc_norm"):
+        outcomes = evaluation.examples[metric]
+        assert sorted(outcomes, key=int) == [str(i) for i in range(10)]
+        assert set(outcomes.values()) <= {0.0, 1.0}
+        assert sum(outcomes.values()) / len(outcomes) == pytest.approx(ours[metric])
+    gold = evaluation.examples["gold_loglikelihood"]
+    assert len(gold) == 10 and all(value < 0 for value in gold.values())
+    assert not any(name.startswith("val_") for name in ours)  # BIG-bench has one split
 
 
 def test_bigbench_rows_follow_the_json_task_format(bigbench_cache: Path) -> None:
@@ -133,8 +143,8 @@ def test_perplexity_task_matches_an_independent_computation(
     llama: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast
 ) -> None:
     task = PerplexityTask(PerplexityTaskSpec(seq_len=32, windows=4), ModelTokenizer(tokenizer))
-    metrics = task.evaluate(llama, batch_size=2)
-    windows = eval_windows(task.tokens, 32, 4)
+    metrics = task.evaluate(llama, batch_size=2).metrics
+    windows = eval_windows(task.tokens["test"], 32, 4)
     with torch.no_grad():
         logits = llama(input_ids=windows[:, :-1]).logits
     nats = F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten(), reduction="sum").item()
@@ -142,6 +152,36 @@ def test_perplexity_task_matches_an_independent_computation(
     assert metrics["test_loss"] == pytest.approx(nats / windows[:, 1:].numel(), rel=1e-5)
     assert metrics["test_ppl"] == pytest.approx(math.exp(metrics["test_loss"]), rel=1e-6)
     assert metrics["bits_per_byte"] == pytest.approx(nats / math.log(2) / n_bytes, rel=1e-5)
+    assert metrics["test_bits_per_byte"] == metrics["bits_per_byte"]
+
+
+def test_perplexity_tunes_and_reports_on_disjoint_windows(
+    llama: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast
+) -> None:
+    spec = PerplexityTaskSpec(seq_len=32, windows=6)
+    task = PerplexityTask(spec, ModelTokenizer(tokenizer))
+    documents = split_documents(load_corpus("shakespeare").documents, 0.1, 0.1, 0)
+    tuning, reporting = ({name for name, _ in documents[s]} for s in ("val", "test"))
+    assert tuning and reporting and not tuning & reporting  # different plays
+    windows = {s: eval_windows(task.tokens[s], 32, 6) for s in ("val", "test")}
+    shared = {tuple(w.tolist()) for w in windows["val"]} & {
+        tuple(w.tolist()) for w in windows["test"]
+    }
+    assert not shared
+    evaluation = task.evaluate(llama, batch_size=4)
+    metrics, examples = evaluation.metrics, evaluation.examples
+    assert metrics["val_bits_per_byte"] != metrics["test_bits_per_byte"]
+    for split in ("val", "test"):
+        bits, weights = (
+            examples[f"{split}_bits_per_byte"],
+            examples[f"{split}_bits_per_byte:weight"],
+        )
+        assert len(bits) == 6 and bits.keys() == weights.keys()
+        combined = sum(bits[w] * weights[w] for w in bits) / sum(weights.values())
+        assert combined == pytest.approx(metrics[f"{split}_bits_per_byte"], rel=1e-9)
+        loss = examples[f"{split}_loss"]
+        assert sum(loss.values()) / len(loss) == pytest.approx(metrics[f"{split}_loss"], rel=1e-9)
+    assert examples["bits_per_byte"] == examples["test_bits_per_byte"]
 
 
 def test_pretrained_loads_a_local_folder(
@@ -197,3 +237,51 @@ def test_calibration_windows_are_spread_over_the_train_split(
     assert windows.shape == (12, 64)
     assert [len(b) for b in batches] == [8, 4]
     assert len({tuple(w.tolist()) for w in windows}) == 12
+
+
+TWO_SPLITS = """\
+task: lb_two_splits
+dataset_path: json
+dataset_kwargs:
+  data_files: {{validation: "{folder}/validation.jsonl", test: "{folder}/test.jsonl"}}
+output_type: multiple_choice
+validation_split: validation
+test_split: test
+doc_to_text: "{{{{input}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{target}}}}"
+metric_list:
+  - {{metric: acc, aggregation: mean, higher_is_better: true}}
+"""
+
+
+def test_a_task_with_validation_and_test_splits_reports_both(
+    llama: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The test split keeps lm-eval's names (reporting); the validation split is `val_*`."""
+    import lm_eval.tasks
+
+    # Only this test's task folder is indexed (lm-eval's own thousands of YAMLs take seconds).
+    manager = lm_eval.tasks.TaskManager
+    monkeypatch.setattr(
+        lm_eval.tasks, "TaskManager", lambda **kw: manager(include_defaults=False, **kw)
+    )
+    sizes = {"validation": 5, "test": 7}
+    for split, n in sizes.items():
+        rows = [
+            {"input": f"{split} {i}: which?", "choices": ["yes", "no"], "target": i % 2}
+            for i in range(n)
+        ]
+        (tmp_path / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (tmp_path / "two_splits.yaml").write_text(TWO_SPLITS.format(folder=tmp_path))
+    spec = LMEvalTaskSpec(task="lb_two_splits", include_path=str(tmp_path))
+    evaluation = LMEvalTask(spec, ModelTokenizer(tokenizer)).evaluate(llama, batch_size=4)
+    metrics, examples = evaluation.metrics, evaluation.examples
+    assert {"acc", "val_acc"} <= set(metrics)
+    assert len(examples["acc"]) == sizes["test"] and len(examples["val_acc"]) == sizes["validation"]
+    for name in ("acc", "val_acc"):
+        outcomes = examples[name].values()
+        assert sum(outcomes) / len(outcomes) == pytest.approx(metrics[name])

@@ -142,3 +142,27 @@ def test_impossible_pairs_are_rejected(tmp_path: Path) -> None:
     messages = "\n".join(map(str, caught.value.problems))
     assert "pretrained model 'tiny' is evaluated, not trained" in messages
     assert "`norm` cannot change pretrained model 'tiny'" in messages
+
+
+def test_task_greedy_selects_on_the_tuning_split_and_reports_on_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TALE scores candidate models on val; the held-out test split is read once, at the end."""
+    from harness.tasks.lm import LMTask
+
+    suite = write_suite(
+        tmp_path, "pre-ln: {}\ntale: {prune: {criterion: task_greedy, n: 1}}", steps=4, eval_every=4
+    )
+    splits: list[str] = []
+    split_loss = LMTask._split_loss
+
+    def spy(self: LMTask, model: object, split: str, *args: int) -> tuple[float, float]:
+        splits.append(split)
+        return split_loss(self, model, split, *args)
+
+    monkeypatch.setattr(LMTask, "_split_loss", spy)
+    result = run_trial(trial_of(suite, "tale"))
+    assert result.status == "done", result.error
+    # one evaluation in training, one per candidate layer (2 blocks), then the final val and test
+    assert splits == ["val", "val", "val", "val", "test"]
+    assert result.final["layers_removed"] == 1 and "test_loss" in result.final

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import math
 import re
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor, nn
@@ -190,6 +193,8 @@ def test_split_is_deterministic_and_disjoint_by_document(plays: Corpus, byte_tas
     assert not names["val"] & names["test"]
     assert set().union(*names.values()) == {name for name, _ in plays.documents}
     assert [len(names[s]) for s in ("train", "val", "test")] == [30, 4, 4]
+    texts = {split: {text for _, text in docs} for split, docs in splits.items()}
+    assert not texts["test"] & (texts["train"] | texts["val"])  # held-out plays, not copies
     other = split_documents(plays.documents, 0.1, 0.1, seed=1)
     assert {n for n, _ in other["val"]} != names["val"]
 
@@ -278,14 +283,44 @@ def test_modular_addition_targets_are_sums_mod_p() -> None:
         assert torch.all(y[:, :-1] == IGNORE)
 
 
-def test_modular_addition_id_pairs_are_held_out() -> None:
-    kind = modular_task(modulus=23).kind
+def test_modular_addition_id_and_test_pairs_are_held_out_and_disjoint() -> None:
+    kind = modular_task(modulus=37).kind
     assert isinstance(kind, ModularAddition)
     train = {tuple(pair) for pair in kind.train_pairs.tolist()}
-    held_out = {(a, b) for a, _, b, _ in kind.eval_sets["id"][0].tolist()}
-    assert len(held_out) == 256
-    assert not train & held_out
-    assert len(train) == round(0.5 * 23 * 23)
+    tuning, test = (
+        {(a, b) for a, _, b, _ in kind.eval_sets[split][0].tolist()} for split in ("id", "test")
+    )
+    assert len(tuning) == len(test) == 256
+    assert not train & tuning and not train & test and not tuning & test
+    assert len(train) == round(0.5 * 37 * 37)
+    small = modular_task(modulus=23).kind  # 265 held-out pairs: half ID, half ID test
+    assert [len(small.eval_sets[s][0]) for s in ("id", "test")] == [132, 133]
+
+
+def test_poly_regression_test_set_is_in_distribution_and_keeps_the_other_sets() -> None:
+    kind = poly_task(n_bins=32).kind
+    x = kind.eval_sets["test"][0]
+    assert not torch.any(torch.from_numpy(kind.centres)[x[:, 0::2]] > 0.5)
+    assert not torch.equal(x, kind.eval_sets["id"][0])
+    # drawn after the others: the ID and OOD sets are those drawn before the test set existed
+    rng = np.random.default_rng(0)
+    rng.integers(2, 5)
+    rng.standard_normal(len(kind.coefficients))
+    assert torch.equal(kind.eval_sets["id"][0][:, 0::2], kind._draw(rng, kind.id_bins, 256))
+
+
+def test_synthetic_test_metrics_come_only_at_the_end_and_the_fingerprint_moves() -> None:
+    task = poly_task()
+    model = TinyLM(task.vocab_size)
+    during = task.evaluate(model, batch_size=16, n_batches=2, final=False)
+    final = task.evaluate(model, batch_size=16, n_batches=2, final=True)
+    assert set(during) == {"val_loss", "id_loss", "id_acc", "ood_loss", "ood_acc"}
+    assert set(final) == set(during) | {"test_loss", "test_acc"}
+    assert {name: final[name] for name in during} == during
+    assert final["test_loss"] != final["id_loss"]
+    spec = SyntheticTaskSpec(kind="poly-regression")
+    old = hashlib.sha256(json.dumps(spec.model_dump(), sort_keys=True).encode()).hexdigest()
+    assert SyntheticTask.fingerprint(spec) != old
 
 
 def test_modular_addition_ood_has_three_operands() -> None:
@@ -330,7 +365,7 @@ def test_an_oracle_scores_perfectly_in_and_out_of_distribution(kind: str) -> Non
             return y_tokens[x[:, -1]]
 
     metrics = task.evaluate(Oracle(task.vocab_size, answer), batch_size=16, n_batches=4, final=True)
-    assert metrics["id_acc"] == metrics["ood_acc"] == 1.0
+    assert metrics["id_acc"] == metrics["ood_acc"] == metrics["test_acc"] == 1.0
     assert metrics["id_loss"] < 1e-6 and metrics["ood_loss"] < 1e-6
     assert metrics["val_loss"] == metrics["id_loss"]
 

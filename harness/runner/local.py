@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -32,6 +33,8 @@ class Ledger(Protocol):
     def heartbeat(self, trial: PlannedTrial) -> None: ...
 
     def finish(self, trial: PlannedTrial, result: TrialResult) -> None: ...
+
+    def release(self, trial: PlannedTrial) -> None: ...
 
 
 class Progress(Protocol):
@@ -78,8 +81,12 @@ def run_local(
     ledger: Ledger,
     workers: int = 1,
     progress: Progress | None = None,
+    stop: threading.Event | None = None,
 ) -> dict[str, TrialResult]:
-    """Run every trial the ledger lets this runner claim; returns results by trial key."""
+    """Run every trial the ledger lets this runner claim; returns results by trial key.
+
+    When `stop` is set (a SIGTERM), the running trials are killed and their claims released, so
+    no trial stays claimed; the trials not started stay unclaimed."""
     from harness.runner.trial import trial_process
 
     progress = progress or SilentProgress()
@@ -88,6 +95,9 @@ def run_local(
     active: dict[Connection, Running] = {}
     results: dict[str, TrialResult] = {}
     while pending or active:
+        if stop is not None and stop.is_set():
+            abandon(active, ledger)
+            break
         while pending and len(active) < workers:
             trial = pending.popleft()
             if not ledger.claim(trial):
@@ -138,6 +148,16 @@ def receive(conn: Connection, running: Running, progress: Progress) -> TrialResu
     _, step, total, loss = message
     progress.step(running.trial, step, total, loss)
     return None
+
+
+def abandon(active: dict[Connection, Running], ledger: Ledger) -> None:
+    """Kill the running trials and give their claims back."""
+    for conn, running in active.items():
+        running.process.kill()
+        running.process.join(timeout=10)
+        conn.close()
+        ledger.release(running.trial)
+    active.clear()
 
 
 def end(

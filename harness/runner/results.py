@@ -45,3 +45,5 @@ class TrialResult:
     eval_time_s: float = 0.0
     wall_time_s: float = 0.0
     environment: dict[str, Any] = field(default_factory=dict)
+    examples: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per-example outcomes of an evaluation-only trial: metric -> example id -> value."""

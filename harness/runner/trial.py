@@ -322,9 +322,11 @@ def evaluate_pretrained(
     )
     model, compressed = compress(model, settings, calibration, config["seed"])
     with torch.no_grad(), autocast(device, settings.precision):
-        metrics = task.evaluate(model, settings.train.batch_size)
+        evaluation = task.evaluate(model, settings.train.batch_size)
     clock.eval_s += time.perf_counter() - started
-    return {**metrics, **compressed, "params": float(sum(p.numel() for p in model.parameters()))}
+    result.examples = evaluation.examples
+    params = float(sum(p.numel() for p in model.parameters()))
+    return {**evaluation.metrics, **compressed, "params": params}
 
 
 def efficiency(trial: Trial, result: TrialResult, clock: Clock) -> dict[str, float]:

@@ -72,7 +72,8 @@ def check_suite(suite: Suite, locator: Locator) -> Iterator[Problem]:
     yield from check_model_fit(suite, locator)
     for name in suite.methods:
         yield from check_method(suite, name, locator)
-    for loc, metric in [(("rank", "metric"), suite.rank.metric)] + (
+    watched = [(("regression", "metrics", i), m) for i, m in enumerate(suite.regression.metrics)]
+    for loc, metric in [(("rank", "metric"), suite.rank.metric), *watched] + (
         [(("rank", "target", "metric"), suite.rank.target.metric)] if suite.rank.target else []
     ):
         yield from lookup(METRICS, metric, loc, locator)

@@ -162,6 +162,17 @@ class RankSpec(StrictModel):
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
 
 
+class RegressionSpec(StrictModel):
+    """How `layerbench nightly` flags a change (SPEC 11, docs/nightly.md)."""
+
+    metrics: list[str] = []  # the metrics watched; empty: `rank.metric`
+    window: PositiveInt = 14  # earlier nightly runs on the same host class in the baseline
+    tolerance: PositiveFloat = 0.02  # the smallest change that matters
+    tolerance_kind: Literal["relative", "absolute"] = "relative"  # of the window's mean, or units
+    z: PositiveFloat = 4.0  # outside the window's mean +- z sigma (Conbench)
+    confirm: PositiveInt = 2  # consecutive flagged runs that confirm a change (PyTorch HUD)
+
+
 class TrackingSpec(StrictModel):
     mlflow: bool = True
 
@@ -180,6 +191,6 @@ class Suite(StrictModel):
     matrix: list[MatrixEntry] | None = None
     baseline: str | None = None
     rank: RankSpec = RankSpec()
-    regression: dict[str, PositiveFloat] = {}
+    regression: RegressionSpec = RegressionSpec()
     tracking: TrackingSpec = TrackingSpec()
     plugins: list[str] = []

@@ -24,7 +24,14 @@ from sqlalchemy.orm import Session
 from harness.runner.env import git_commit
 from harness.runner.plan import PlannedTrial
 from harness.runner.results import FINAL_STATUSES, RETRYABLE_STATUSES, TrialResult
-from harness.store.models import LayerStatistic, MetricPoint, Result, SuiteRun, Trial
+from harness.store.models import (
+    ExampleOutcome,
+    LayerStatistic,
+    MetricPoint,
+    Result,
+    SuiteRun,
+    Trial,
+)
 
 DEFAULT_URL = "sqlite:///layerbench.db"
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -261,6 +268,15 @@ class StoreLedger:
             if not unreachable(error):
                 raise
 
+    def release(self, trial: PlannedTrial) -> None:
+        """Give back a claim without a result: the trial is pending again."""
+        with self.engine.begin() as connection:
+            connection.execute(
+                update(Trial)
+                .where(Trial.key == trial.key, Trial.claimed_by == self.me)
+                .values(status="pending", claimed_by=None, heartbeat_at=None)
+            )
+
     def finish(self, trial: PlannedTrial, result: TrialResult) -> None:
         """Store the result (retried while the database is down), then hand it to `on_finish`.
 
@@ -278,14 +294,15 @@ class StoreLedger:
             )
 
     def _store(self, trial: PlannedTrial, result: TrialResult) -> int | None:
-        """One transaction: the trial's status and every row of its result; None if not ours."""
+        """One transaction: the trial's status and every row of its result (series, statistics,
+        per-example outcomes); None if the trial is no longer ours."""
         with Session(self.engine) as session, session.begin():
             trial_id = session.scalars(
                 select(Trial.id).where(Trial.key == trial.key, Trial.claimed_by == self.me)
             ).one_or_none()
             if trial_id is None:
                 return None
-            for table in (MetricPoint, Result, LayerStatistic):
+            for table in (MetricPoint, Result, LayerStatistic, ExampleOutcome):
                 session.execute(delete(table).where(table.trial_id == trial_id))
             session.execute(update(Trial).where(Trial.id == trial_id).values(finished(result)))
             session.add_all(result_rows(trial_id, result))
@@ -335,6 +352,11 @@ def result_rows(trial_id: int, result: TrialResult) -> Iterator[Any]:
             name=stat.name,
             value=finite(stat.value),
         )
+    for metric, outcomes in result.examples.items():
+        for example_id, value in outcomes.items():
+            yield ExampleOutcome(
+                trial_id=trial_id, metric=metric, example_id=example_id, value=finite(value)
+            )
 
 
 @contextmanager

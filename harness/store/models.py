@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -31,6 +31,10 @@ class SuiteRun(Base):
     n_planned: Mapped[int] = mapped_column(Integer, default=0)
     n_ran: Mapped[int] = mapped_column(Integer, default=0)
     ranking: Mapped[dict[str, Any] | None]  # the suite's baseline and `rank` section
+    kind: Mapped[str] = mapped_column(String(20), default="run", server_default="run")
+    status: Mapped[str | None] = mapped_column(String(20))  # nightly: running|done|interrupted
+    host_class: Mapped[str | None] = mapped_column(String(200), index=True)
+    environment: Mapped[dict[str, Any] | None]  # packages, python, CPU, GPU
 
 
 class Trial(Base):
@@ -105,3 +109,49 @@ class LayerStatistic(Base):
     layer: Mapped[int]
     name: Mapped[str] = mapped_column(String(100))
     value: Mapped[float | None] = mapped_column(Float)
+
+
+class ExampleOutcome(Base):
+    """A per-example outcome of an evaluation-only trial: 0/1 for an accuracy, bits per byte
+    of a window (its bytes under `<metric>:weight`), lm-eval's per-sample values."""
+
+    __tablename__ = "example_outcomes"
+
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True
+    )
+    metric: Mapped[str] = mapped_column(String(100), primary_key=True)
+    example_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float)
+
+
+class Alert(Base):
+    """A change `layerbench nightly` found in one (method, model, task, metric) (SPEC 11)."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    suite_run_id: Mapped[int] = mapped_column(ForeignKey("suite_runs.id", ondelete="CASCADE"))
+    suite: Mapped[str] = mapped_column(String(200), index=True)
+    method: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(String(200))
+    task: Mapped[str] = mapped_column(String(200))
+    metric: Mapped[str] = mapped_column(String(100))
+    kind: Mapped[str] = mapped_column(String(20))  # regression|suspected|improvement|status
+    direction: Mapped[str] = mapped_column(String(10))  # worse|better
+    old_mean: Mapped[float | None] = mapped_column(Float)
+    old_ci_low: Mapped[float | None] = mapped_column(Float)
+    old_ci_high: Mapped[float | None] = mapped_column(Float)
+    new_mean: Mapped[float | None] = mapped_column(Float)
+    new_ci_low: Mapped[float | None] = mapped_column(Float)
+    new_ci_high: Mapped[float | None] = mapped_column(Float)
+    delta: Mapped[float | None] = mapped_column(Float)
+    percent: Mapped[float | None] = mapped_column(Float)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    z: Mapped[float | None] = mapped_column(Float)
+    tolerance: Mapped[float | None] = mapped_column(Float)
+    commit_before: Mapped[str | None] = mapped_column(String(64))
+    commit_after: Mapped[str | None] = mapped_column(String(64))
+    detail: Mapped[dict[str, Any]]  # statuses, streak start, packages changed, window runs
+    acknowledged: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from harness.store.models import MetricPoint, Result, Trial
+from harness.store.models import ExampleOutcome, MetricPoint, Result, Trial
 
 CHUNK = 500
 
@@ -105,3 +106,28 @@ def metric_series(
     for trial_id, step, train_time_s, value in rows:
         series[trial_id].append((step, train_time_s, value))
     return series
+
+
+def example_outcomes(
+    session: Session, trial_keys: Iterable[str]
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per-example outcomes of trials: trial key -> metric -> example id -> value.
+
+    Accuracies are 0/1 per example; a perplexity task's bits per byte are per window, with the
+    window's bytes under `harness.tasks.base.weight_name(metric)`. A value stored as NULL (not
+    finite) reads as NaN; trials without outcomes are absent. Reads only these four columns.
+    """
+    keys = list(trial_keys)
+    outcomes: dict[str, dict[str, dict[str, float]]] = {}
+    for start in range(0, len(keys), CHUNK):
+        rows = session.execute(
+            select(
+                Trial.key, ExampleOutcome.metric, ExampleOutcome.example_id, ExampleOutcome.value
+            )
+            .join(Trial, Trial.id == ExampleOutcome.trial_id)
+            .where(Trial.key.in_(keys[start : start + CHUNK]))
+        )
+        for key, metric, example_id, value in rows:
+            by_metric = outcomes.setdefault(key, {}).setdefault(metric, {})
+            by_metric[example_id] = math.nan if value is None else value
+    return outcomes

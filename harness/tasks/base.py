@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -44,12 +45,34 @@ class Task(ABC):
         return batch[0].numel()
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """What an evaluation-only task reports: its metrics and the per-example outcomes behind them.
+
+    `examples` maps a metric to {example id: value}: 0/1 per example for an accuracy, bits per
+    byte per window for a perplexity task (with the window's bytes under `weight_name(metric)`).
+    An evaluation-only trial has one seed, so these examples carry its uncertainty.
+    """
+
+    metrics: dict[str, float]
+    examples: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def weight_name(metric: str) -> str:
+    """The per-example weights of a ratio metric (bytes per window for bits per byte)."""
+    return f"{metric}:weight"
+
+
 class EvalTask(ABC):
-    """An evaluation-only task of a pretrained model: lm-eval tasks, perplexity on a corpus."""
+    """An evaluation-only task of a pretrained model: lm-eval tasks, perplexity on a corpus.
+
+    A task has a tuning split (`val_*` metrics) and a reporting split (the other metrics) where
+    its data has two; see each task.
+    """
 
     @abstractmethod
-    def evaluate(self, model: nn.Module, batch_size: int) -> dict[str, float]:
-        """The task's metrics for `model` (names as lm-eval reports them)."""
+    def evaluate(self, model: nn.Module, batch_size: int) -> Evaluation:
+        """The task's metrics for `model` (lm-eval's names) and its per-example outcomes."""
 
     @abstractmethod
     def calibration(self, n_samples: int, seq_len: int) -> list[Tensor]:

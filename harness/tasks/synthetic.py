@@ -5,6 +5,10 @@ SYNTHETIC_KINDS; the kind's own parameters sit beside `kind` and are validated a
 schema the kind registers. Evaluation sets are fixed by `data_seed`; training batches are drawn
 with the trial's generator. Targets are -100 except at answer positions, so the loss and the
 accuracy count answers only.
+
+Three evaluation sets: `id` (in-distribution validation, for tuning: `val_loss`, `id_*`),
+`test` (in-distribution, disjoint from `id`, for reporting: `test_*`, at the end of training
+only) and `ood` (out of distribution, for reporting: `ood_*`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ IGNORE = -100
 """Target of a position that is not an answer (ignored by the loss and the accuracy)."""
 
 EVAL_SPLITS = ("id", "ood")
+"""Evaluated at every evaluation; `test` only at the final one."""
+SETS = ("id", "test", "ood")
 
 
 class SyntheticTaskSpec(StrictModel):
@@ -59,7 +65,7 @@ class SyntheticTaskSpec(StrictModel):
 
 
 class SyntheticKind(ABC):
-    """A generated task: a training sampler and fixed ID and OOD evaluation sets.
+    """A generated task: a training sampler and fixed ID, ID test and OOD evaluation sets.
 
     Subclasses are constructed as `Kind(params, data_seed, n_eval)`, `params` being an instance
     of the schema they register.
@@ -68,7 +74,7 @@ class SyntheticKind(ABC):
     vocab_size: int
     seq_len: int
     eval_sets: dict[str, Batch]
-    """`id` and `ood`: (inputs, targets), fixed by the data seed."""
+    """`id`, `test` and `ood`: (inputs, targets), fixed by the data seed."""
 
     @abstractmethod
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
@@ -94,8 +100,10 @@ class ModularAddition(SyntheticKind):
 
     Tokens: `0..p-1` are numbers, `p` is `+`, `p + 1` is `=`. "a + b = c" gives the inputs
     `(a, +, b, =)` and the targets `(-100, -100, -100, c)`.
-    - Training and ID: all p^2 pairs are permuted with `data_seed`; the first `train_fraction`
-      of them are trained on, and the first `n_eval` held-out pairs are the ID set.
+    - Training, ID and ID test: all p^2 pairs are permuted with `data_seed`; the first
+      `train_fraction` of them are trained on, the next `n_eval` are the ID set and the
+      `n_eval` after them the ID test set (each half of the held-out pairs when there are
+      fewer than `2 * n_eval`).
     - OOD (a length and composition shift): `n_eval` random triples "a + b + c =" ->
       `(a + b + c) mod p`, never seen in training (inputs 6 tokens long instead of 4).
     """
@@ -108,10 +116,13 @@ class ModularAddition(SyntheticKind):
         rng = np.random.default_rng(data_seed)
         pairs = torch.from_numpy(rng.permutation(p * p))
         pairs = torch.stack([pairs // p, pairs % p], dim=1)
-        n_train = min(max(1, round(params.train_fraction * p * p)), p * p - 1)
+        n_train = min(max(1, round(params.train_fraction * p * p)), p * p - 2)
         self.train_pairs = pairs[:n_train]
+        held_out = pairs[n_train:]
+        n_id = min(n_eval, len(held_out) // 2)
         self.eval_sets = {
-            "id": self.sequences(pairs[n_train : n_train + n_eval]),
+            "id": self.sequences(held_out[:n_id]),
+            "test": self.sequences(held_out[n_id : n_id + n_eval]),
             "ood": self.sequences(torch.from_numpy(rng.integers(0, p, size=(n_eval, 3)))),
         }
 
@@ -149,8 +160,8 @@ class PolyRegression(SyntheticKind):
     `n_bins` equal bins: an x is the centre of its bin (token `0..n_bins-1`); y = f(x) is
     binned over [min f, max f] on [-1, 1] (token `n_bins + bin`). A sequence holds `n_context`
     (x, y) pairs and a query x; the target is the query's y bin (the only scored position).
-    - ID (training and the ID set): every x in the sequence is drawn uniformly from the bins
-      whose centre is in [-1, 0.5].
+    - ID (training, the ID and the ID test set): every x in the sequence is drawn uniformly
+      from the bins whose centre is in [-1, 0.5]; the ID test set is drawn after the OOD set.
     - OOD: every x is drawn uniformly from the bins whose centre is in (0.5, 1].
     """
 
@@ -167,10 +178,10 @@ class PolyRegression(SyntheticKind):
         self.y_tokens = torch.from_numpy(n_bins + self._y_bins(self.centres))
         self.id_bins = torch.from_numpy(np.flatnonzero(self.centres <= ID_MAX_X))
         self.ood_bins = torch.from_numpy(np.flatnonzero(self.centres > ID_MAX_X))
-        self.eval_sets = {
-            "id": self.sequences(self._draw(rng, self.id_bins, n_eval)),
-            "ood": self.sequences(self._draw(rng, self.ood_bins, n_eval)),
-        }
+        id_set = self.sequences(self._draw(rng, self.id_bins, n_eval))
+        ood_set = self.sequences(self._draw(rng, self.ood_bins, n_eval))
+        test_set = self.sequences(self._draw(rng, self.id_bins, n_eval))
+        self.eval_sets = {"id": id_set, "test": test_set, "ood": ood_set}
 
     def _draw(self, rng: np.random.Generator, bins: Tensor, n: int) -> Tensor:
         """`n` rows of `n_points` x bins drawn uniformly from `bins`."""
@@ -201,7 +212,8 @@ class PolyRegression(SyntheticKind):
 
 @TASKS.register("synthetic", params=SyntheticTaskSpec)
 class SyntheticTask(Task):
-    """A synthetic kind as a training task; reports id/ood loss and accuracy (val_loss = id)."""
+    """A synthetic kind as a training task; reports id/ood loss and accuracy (val_loss = id),
+    and at the end of training the ID test set's (`test_loss`, `test_acc`)."""
 
     def __init__(self, spec: SyntheticTaskSpec) -> None:
         self.spec = spec
@@ -212,8 +224,9 @@ class SyntheticTask(Task):
 
     @staticmethod
     def fingerprint(spec: SyntheticTaskSpec) -> str:
-        """sha256 of the spec: the generated data depend on nothing else."""
-        return hashlib.sha256(json.dumps(spec.model_dump(), sort_keys=True).encode()).hexdigest()
+        """sha256 of the spec and the evaluation sets: the generated data depend on nothing else."""
+        identity = {**spec.model_dump(), "eval_sets": SETS}
+        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         while True:
@@ -228,13 +241,13 @@ class SyntheticTask(Task):
         self, model: nn.Module, batch_size: int, n_batches: int, final: bool
     ) -> dict[str, float]:
         """Loss and accuracy at the answer positions of the first `batch_size * n_batches`
-        sequences of the fixed ID and OOD sets. There is no test split: `final` adds nothing.
+        sequences of the fixed ID and OOD sets, and with `final` of the ID test set.
         """
         was_training = model.training
         model.eval()
         try:
             metrics: dict[str, float] = {}
-            for split in EVAL_SPLITS:
+            for split in SETS if final else EVAL_SPLITS:
                 inputs, targets = (t[: batch_size * n_batches] for t in self.kind.eval_sets[split])
                 loss, acc = self._answer_metrics(model, inputs, targets, batch_size)
                 metrics |= {f"{split}_loss": loss, f"{split}_acc": acc}

@@ -34,7 +34,8 @@ def render(context: Context) -> None:
 def selected_trials(context: Context) -> pd.DataFrame:
     """Stored trials of the sidebar's selection (every sweep point), in the order run."""
     suite, selection = context.suite, context.selection
-    chosen = select(suite.outcomes, selection, suite.run_of, families(suite, selection.baseline))
+    method_families = families(suite, selection.baseline)
+    chosen = select(suite.outcomes, selection, suite.run_of, method_families, suite.nightly)
     listing = data.trials(context.engine, selection.suite)
     return listing[listing["key"].isin({o.key for o in chosen})].reset_index(drop=True)
 

@@ -1,0 +1,1 @@
+"""Nightly benchmarks: re-executed suite runs, regression detection, reports and scheduling."""

@@ -1,0 +1,220 @@
+"""`layerbench nightly`: re-execute every trial of the suites of a cadence, then detect changes.
+
+Each suite becomes one nightly suite run (kind "nightly": git commit, package versions, host,
+CPU/GPU, start/end). Its trials are the suite's planned trials under keys derived from the run's
+id (`harness.store.nightly.nightly_key`), so nothing is served from the content-addressed store,
+and a nightly run interrupted by SIGTERM resumes with the same claims semantics as `run`.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+
+from harness.nightly.detect import Finding, Key, PastAlert, RunValues, detect
+from harness.ranking import TrialOutcome, metric_value, select_tuned
+from harness.registry import METRICS
+from harness.runner.env import cpu_model, git_commit, package_versions
+from harness.runner.plan import PlannedTrial, plan_suite
+from harness.spec import Suite
+from harness.store.db import StoreLedger, finite
+from harness.store.models import Alert, SuiteRun
+from harness.store.nightly import (
+    add_alerts,
+    end_nightly_run,
+    finished_nightly_runs,
+    nightly_key,
+    nightly_run_on,
+    run_outcomes,
+    run_status_counts,
+    start_nightly_run,
+    stored_alerts,
+)
+
+Executor = Callable[[list[PlannedTrial], StoreLedger, threading.Event], None]
+FAILED = ("failed", "timeout")
+HISTORY_RUNS_PER_WINDOW = 4  # how many windows of earlier runs detection reads
+
+
+@dataclass
+class SuiteOutcome:
+    """What one suite's nightly run did: its run, trial statuses and alerts, or why it was
+    skipped."""
+
+    path: Path
+    suite: Suite
+    run: SuiteRun | None = None
+    statuses: dict[str, int] = field(default_factory=dict)
+    alerts: list[Alert] = field(default_factory=list)
+    skipped: str | None = None
+    interrupted: bool = False
+
+
+@cache
+def machine() -> dict[str, Any]:
+    """The software and hardware a nightly run ran on (recorded with the run)."""
+    import torch
+
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return {
+        "packages": package_versions(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpus": gpus,
+    }
+
+
+def host_class(environment: dict[str, Any]) -> str:
+    """Machines whose results compare: the same GPUs, else the same CPU model and core count."""
+    gpus = environment["gpus"]
+    if gpus:
+        return f"{len(gpus)}x {gpus[0]}"
+    return f"cpu {environment['cpu']} x{environment['cpu_count']}"
+
+
+def today() -> date:
+    return datetime.now(UTC).date()
+
+
+def run_suite(
+    engine: Engine,
+    outcome: SuiteOutcome,
+    execute: Executor,
+    stop: threading.Event,
+    host: str,
+    skip_existing: bool = False,
+    on_finish: Callable[[PlannedTrial, int], None] | None = None,
+) -> SuiteOutcome:
+    """Run one suite's nightly run (or resume today's interrupted one), then detect changes."""
+    suite = outcome.suite
+    trials = plan_suite(suite)
+    run = None
+    if skip_existing:
+        run = nightly_run_on(engine, suite.suite, git_commit(), today(), host)
+        if run is not None and run.status == "done":
+            outcome.run, outcome.statuses = run, run_status_counts(engine, run.id)
+            outcome.skipped = f"already run today at this commit (suite run #{run.id})"
+            return outcome
+    if run is None:
+        ranking = {"baseline": suite.baseline, **suite.rank.model_dump(mode="json")}
+        run = start_nightly_run(
+            engine, suite.suite, suite.cadence, len(trials), ranking, host, machine()
+        )
+    planned = [replace(trial, key=nightly_key(trial.key, run.id)) for trial in trials]
+    execute(planned, StoreLedger(engine, run.id, on_finish=on_finish), stop)
+    outcome.interrupted = stop.is_set()
+    run = end_nightly_run(engine, run.id, "interrupted" if outcome.interrupted else "done")
+    outcome.run, outcome.statuses = run, run_status_counts(engine, run.id)
+    if not outcome.interrupted:
+        outcome.alerts = add_alerts(engine, detect_run(engine, suite, run))
+    return outcome
+
+
+def watched_metrics(suite: Suite) -> list[str]:
+    return suite.regression.metrics or [suite.rank.metric]
+
+
+def run_values(engine: Engine, run: SuiteRun, metrics: Sequence[str]) -> RunValues:
+    """Each seed's tuned value of every watched metric, and each seed's status, in one run."""
+    outcomes = [TrialOutcome(**record) for record in run_outcomes(engine, run.id)]
+    values: dict[Key, dict[int, float]] = {}
+    statuses: dict[tuple[str, str, str], dict[int, str]] = {}
+    for index, metric in enumerate(metrics):
+        for o in select_tuned(outcomes, metric, METRICS.get(metric).direction):
+            value = metric_value(o, metric)
+            if value is not None:
+                values.setdefault((o.method, o.model, o.task, metric), {})[o.seed] = value
+            if index == 0:
+                statuses.setdefault((o.method, o.model, o.task), {})[o.seed] = o.status
+    packages = (run.environment or {}).get("packages", {})
+    return RunValues(run.id, run.git_commit, packages, values, statuses)
+
+
+def past_alerts(alerts: Sequence[Alert]) -> dict[tuple[int, Key], PastAlert]:
+    return {
+        (a.suite_run_id, (a.method, a.model, a.task, a.metric)): PastAlert(
+            a.kind, a.direction, int(a.detail.get("since_run", a.suite_run_id))
+        )
+        for a in alerts
+    }
+
+
+def detect_run(engine: Engine, suite: Suite, run: SuiteRun) -> list[Alert]:
+    """The alerts of a finished nightly run against the suite's earlier nightly runs."""
+    metrics = watched_metrics(suite)
+    limit = HISTORY_RUNS_PER_WINDOW * suite.regression.window
+    earlier = finished_nightly_runs(engine, suite.suite, run.host_class, before=run.id)[-limit:]
+    history = [run_values(engine, r, metrics) for r in earlier]
+    alerts = past_alerts(stored_alerts(engine, suite.suite, [r.id for r in earlier]))
+    directions = {metric: METRICS.get(metric).direction for metric in metrics}
+    current = run_values(engine, run, metrics)
+    findings = detect(current, history, alerts, suite.regression, suite.rank.alpha, directions)
+    return [alert_row(finding, run) for finding in findings]
+
+
+def alert_row(finding: Finding, run: SuiteRun) -> Alert:
+    method, model, task, metric = finding.key
+    detail = dict(finding.detail)
+    z = finding.z
+    if z is not None and finite(z) is None:
+        detail["z"] = "inf" if z > 0 else "-inf"  # outside any band: the window has no spread
+    return Alert(
+        suite_run_id=run.id,
+        suite=run.suite,
+        method=method,
+        model=model,
+        task=task,
+        metric=metric,
+        kind=finding.kind,
+        direction=finding.direction,
+        old_mean=finding.old_mean,
+        old_ci_low=finding.old_ci[0],
+        old_ci_high=finding.old_ci[1],
+        new_mean=finding.new_mean,
+        new_ci_low=finding.new_ci[0],
+        new_ci_high=finding.new_ci[1],
+        delta=finding.delta,
+        percent=finding.percent,
+        p_value=finding.p_value,
+        z=None if z is None else finite(z),
+        tolerance=finding.tolerance,
+        commit_before=finding.commit_before,
+        commit_after=finding.commit_after,
+        detail=detail,
+        acknowledged=False,
+        created_at=datetime.now(UTC),
+    )
+
+
+def exit_code(outcomes: Sequence[SuiteOutcome]) -> int:
+    """3 if a regression is confirmed or a status changed, else 1 if a trial failed, else 0."""
+    fresh = [o for o in outcomes if o.skipped is None]
+    if any(a.kind in ("regression", "status") for o in fresh for a in o.alerts):
+        return 3
+    if any(o.statuses.get(status) for o in fresh for status in FAILED):
+        return 1
+    return 0
+
+
+def local_executor(workers: int) -> Executor:
+    """Run the trials on this machine with a progress display; stops when `stop` is set."""
+
+    def execute(trials: list[PlannedTrial], ledger: StoreLedger, stop: threading.Event) -> None:
+        from harness.console import RichProgress
+        from harness.runner.local import run_local
+
+        with RichProgress(len(trials)) as progress:
+            run_local(trials, ledger, workers, progress, stop)
+
+    return execute
