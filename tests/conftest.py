@@ -16,6 +16,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 ROOT = Path(__file__).resolve().parents[1]
+# Ray (tests/test_ray.py, the ray-head service in tests/test_deploy.py) advertises the machine's
+# address even when told 127.0.0.1; this Ray knob keeps every Ray of the tests on the loopback.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 PG_ADMIN_URL = os.environ.get(
     "LAYERBENCH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )

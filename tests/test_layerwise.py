@@ -12,7 +12,7 @@ from torch import nn
 from harness.methods.optimizers import make_optimizer
 from harness.methods.param_roles import model_layers
 from harness.models.gpt import GPTSpec, build_gpt
-from harness.registry import SCHEDULES
+from harness.registry import LAYERWISE, SCHEDULES
 from harness.spec import SuiteError, load_suite
 from harness.spec.schema import NormSpec, OptimizerSpec
 from tests.conftest import write_suite
@@ -140,6 +140,31 @@ def test_llr_gives_each_matrix_a_rate_linear_in_its_alpha() -> None:
             pytest.approx(1.0, rel=1e-3)
         )
         assert {group["lr"] for group in optimizer.param_groups} == {10.0}
+
+
+def test_llr_trains_embeddings_and_head_at_the_max_ratio_and_norms_at_one() -> None:
+    """hed-ucas/Layer-wise-Learning-Rate olmo/LRUnbalance.py: "embed"/"head" modules get the
+    largest alpha, hence lr_max_ratio (ramped like the rest); norms stay in the untuned group."""
+    model = tiny_gpt(2, tie_embeddings=False, pos="learned")
+    llr = layerwise("llr", lr_min_ratio=1.0, lr_max_ratio=5.0, ramp_steps=2, min_eigenvalues=16)
+    optimizer = make_optimizer(model, OptimizerSpec(name="sgd", lr=10.0, layerwise=llr))
+    layers = model_layers(model)
+    for ramp in (0.5, 1.0):
+        before = snapshot(model)
+        grads = step(model, optimizer, seed=0)
+        for p in [*layers.embeddings, *layers.head]:
+            ratio = applied_ratio(before[id(p)], p.detach(), grads[id(p)], lr=10.0)
+            assert ratio == pytest.approx(1 + 4 * ramp, rel=1e-3)
+        for p in [model.final_norm.weight, model.blocks[0].placement.norm1.weight]:
+            assert applied_ratio(before[id(p)], p.detach(), grads[id(p)], 10.0) == (
+                pytest.approx(1.0, rel=1e-3)
+            )
+
+
+def test_smooth_stays_absent_until_its_operator_is_defined() -> None:
+    """SPEC 5.4's `smooth` (depth-wise gradient smoothing) has no definition we could check."""
+    assert "smooth" not in LAYERWISE.names()
+    assert {"lr_depth", "llr", "lisa", "drop", "wd_scale"} <= set(LAYERWISE.names())
 
 
 def test_lr_depth_decays_the_rate_from_the_head_down() -> None:

@@ -7,9 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.browser import chromium_path, launch, open_leaderboard, serve
+from benchmarks.browser import (
+    START_TIMEOUT_S,
+    TABLE,
+    chromium_path,
+    launch,
+    open_leaderboard,
+    serve,
+)
 from harness.ranking import rank
 from leaderboard import data
+from leaderboard.findings import COLUMNS as FINDINGS_COLUMNS
+from tests.test_findings import record_claims, store_claims_suite
 from tests.test_leaderboard import store_tiny_suite
 
 
@@ -21,11 +30,15 @@ def chromium() -> None:
         pytest.skip("Debian's chromium is not installed (`make chromium` installs it)")
 
 
-def test_the_leaderboard_shows_the_top_method_in_chromium(chromium: None, tmp_path: Path) -> None:
+def test_the_leaderboard_and_findings_pages_in_chromium(chromium: None, tmp_path: Path) -> None:
+    """The top method in the Leaderboard's first row; the claims' verdicts on Findings."""
     from playwright.sync_api import expect, sync_playwright
 
     url = os.environ["LAYERBENCH_DB"]
     store_tiny_suite(tmp_path, url)
+    (tmp_path / "claims").mkdir()
+    record_claims(store_claims_suite(tmp_path / "claims"))
+    verdict = FINDINGS_COLUMNS.index("verdict")
     ranking = rank(data.outcomes(data.read_only_engine(url), "tiny"), "val_loss", "pre-ln")
     leader = ranking.summary[0].method
     assert leader == "rms"  # not the baseline, nor the first name: the check means something
@@ -33,10 +46,16 @@ def test_the_leaderboard_shows_the_top_method_in_chromium(chromium: None, tmp_pa
     with serve(url, tmp_path / "server.log") as address, sync_playwright() as playwright:
         browser = launch(playwright)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        first_row_method = open_leaderboard(page, address)
+        first_row_method = open_leaderboard(page, address + "?suite=tiny")
         expect(first_row_method).to_have_text(leader)
         expect(page.get_by_text("Leaderboard: tiny")).to_be_visible()
         page.screenshot(path=screenshot, full_page=True)
+        page.goto(address + "findings")
+        page.wait_for_selector(TABLE, timeout=START_TIMEOUT_S * 1000)
+        findings = page.locator(TABLE).first
+        for row, expected in enumerate(["reproduced", "contradicted"]):
+            cell = findings.locator(f'[data-testid="glide-cell-{verdict}-{row}"]')
+            expect(cell).to_have_text(expected)
         browser.close()
     assert screenshot.stat().st_size > 10_000
 

@@ -4,6 +4,7 @@ independently, and a pruned model runs and equals a model built without those la
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Callable
 
@@ -13,7 +14,7 @@ from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from harness.methods.layers import ZeroBranch, blocks, layers_removed, remove_layers, sublayer
-from harness.methods.pruning import PruneContext, layers_to_remove, prune_model
+from harness.methods.pruning import PruneContext, gate_norm, layers_to_remove, prune_model
 from harness.models.gpt import GPTSpec, build_gpt
 from harness.registry import PRUNING
 from harness.spec.schema import NormSpec, PruneSpec
@@ -193,12 +194,12 @@ def test_attention_qk_removes_the_weakest_query_key_gates(kind: str) -> None:
         d = attention.head_dim
         w_q, w_k = attention.q_proj.weight.detach(), attention.k_proj.weight.detach()
         n_q, n_kv = w_q.shape[0] // d, w_k.shape[0] // d
-        gate = sum(
+        gates = [
             w_q[h * d : (h + 1) * d].T
             @ w_k[(h // (n_q // n_kv)) * d : (h // (n_q // n_kv) + 1) * d]
             for h in range(n_q)
-        )
-        norms.append(float(gate.norm()))
+        ]
+        norms.append(math.sqrt(sum(float(gate.norm()) ** 2 for gate in gates)))
     spec = PruneSpec(criterion="attention_qk", n=2, target="attention")
     pruned, report = prune_model(model, spec, context([]))
     assert report.removed == k_smallest(norms, 2)
@@ -209,6 +210,31 @@ def test_attention_qk_removes_the_weakest_query_key_gates(kind: str) -> None:
     )
     with pytest.raises(ValueError, match="supports target attention"):
         prune_model(MODELS[kind](), PruneSpec(criterion="attention_qk", n=1), context([]))
+
+
+def test_attention_qk_scores_heads_separately_so_they_cannot_cancel() -> None:
+    """Two heads with opposite query-key forms (W_K^2 = -W_K^1, W_Q^2 = W_Q^1) both attend; the
+    Frobenius norm of their summed form is 0, the per-head score sqrt(2) ||W_Q^1 (W_K^1)^T||."""
+    torch.manual_seed(0)
+    spec = GPTSpec(n_layers=1, d_model=16, n_heads=2, max_seq_len=16)
+    attention = build_gpt(spec, NormSpec(), VOCAB).blocks[0].attn
+    with torch.no_grad():
+        attention.q_proj.weight[8:] = attention.q_proj.weight[:8]
+        attention.k_proj.weight[8:] = -attention.k_proj.weight[:8]
+    w_q, w_k = attention.q_proj.weight.detach(), attention.k_proj.weight.detach()
+    assert float((w_q.T @ w_k).norm()) < 1e-6  # the old, summed score
+    one_head = float((w_q[:8].T @ w_k[:8]).norm())
+    assert gate_norm(attention) == pytest.approx(math.sqrt(2) * one_head, rel=1e-6)
+
+
+def test_attention_qk_refuses_qk_norm_models() -> None:
+    torch.manual_seed(0)
+    spec = GPTSpec(n_layers=2, d_model=16, n_heads=2, max_seq_len=16)
+    model = build_gpt(spec, NormSpec(qk_norm=True), VOCAB)
+    with pytest.raises(ValueError, match="QK-norm"):
+        prune_model(
+            model, PruneSpec(criterion="attention_qk", n=1, target="attention"), context([])
+        )
 
 
 @pytest.mark.parametrize("target", ["block", "attention"])

@@ -17,6 +17,7 @@ from harness.ranking import (
     RankRow,
     TrialOutcome,
     format_ranking,
+    group_table,
     holm,
     paired_test,
     rank,
@@ -43,6 +44,12 @@ ROW_KEYS = [
     "verdict",
     "win_rate",
     "rank",
+    "failure",
+    "decided_by",
+    "seeds_needed",
+    "sweep",
+    "unit",
+    "trials",
     "n_reached",
     "steps_to_target",
     "steps_ci_low",
@@ -57,6 +64,7 @@ SUMMARY_KEYS = [
     "mean_rank",
     "n_trials",
     "n_failed",
+    "normalized",
     "profile_steps",
     "profile_time",
 ]
@@ -91,14 +99,40 @@ def test_mean_std_n_on_a_hand_made_example() -> None:
     assert a.delta is a.p_value is a.verdict is None
 
 
-def test_ci_contains_the_mean_and_is_deterministic() -> None:
+def test_ci_is_the_t_interval_by_default_and_a_bootstrap_on_request() -> None:
     values = list(np.random.default_rng(1).normal(5.0, 1.0, 30))
     first = row_of(rank(outcomes("a", values) + outcomes("b", [1.0] * 30), "val_loss", None), "a")
-    again = row_of(rank(outcomes("a", values), "val_loss", None), "a")
     assert first.ci_low is not None and first.ci_high is not None
-    assert first.ci_low < first.mean < first.ci_high
-    assert (first.ci_low, first.ci_high) == pytest.approx((again.ci_low, again.ci_high), abs=1e-12)
-    assert (first.ci_low, first.ci_high) == pytest.approx(scipy_percentile_ci(values))
+    assert first.ci_low < first.mean < first.ci_high  # type: ignore[operator]
+    expected = stats.t.interval(0.95, 29, loc=np.mean(values), scale=stats.sem(values))
+    assert (first.ci_low, first.ci_high) == pytest.approx(expected)
+    boot = row_of(rank(outcomes("a", values), "val_loss", None, ci="bootstrap"), "a")
+    again = row_of(rank(outcomes("a", values), "val_loss", None, ci="bootstrap"), "a")
+    assert (boot.ci_low, boot.ci_high) == pytest.approx((again.ci_low, again.ci_high), abs=1e-12)
+    assert (boot.ci_low, boot.ci_high) == pytest.approx(scipy_percentile_ci(values))
+    bca = row_of(rank(outcomes("a", values), "val_loss", None, ci="bca"), "a")
+    assert bca.ci_low is not None and bca.ci_low != boot.ci_low
+
+
+def test_the_t_interval_covers_the_mean_95_percent_of_the_time_at_3_and_5_seeds() -> None:
+    """4,000 normal samples of n = 3 and of n = 5: coverage of the true mean in [0.93, 0.97]."""
+    from harness.ranking.stats import t_ci
+
+    rng = np.random.default_rng(2026)
+    for n in (3, 5):
+        samples = rng.normal(1.0, 2.0, size=(4000, n))
+        low, high = t_ci(samples)
+        coverage = np.mean((low <= 1.0) & (high >= 1.0))
+        assert 0.93 <= coverage <= 0.97, (n, coverage)
+
+
+def test_bootstrap_with_few_seeds_warns_and_the_header_names_the_interval() -> None:
+    runs = outcomes("a", [1.0, 1.2, 1.1]) + outcomes("b", [2.0, 2.1, 2.3])
+    ranking = rank(runs, "val_loss", "a", ci="bootstrap")
+    assert any("fewer than 10 seeds" in w for w in ranking.warnings)
+    assert "95% CI: percentile bootstrap" in format_ranking(ranking, "md")
+    default = format_ranking(rank(runs, "val_loss", "a"), "md")
+    assert "95% CI: t-interval" in default and "± 95% CI (t)" in default
 
 
 def test_identical_values_have_a_zero_width_ci() -> None:
@@ -165,12 +199,33 @@ def test_paired_test_pairs_by_seed_and_handles_degenerate_differences() -> None:
     assert np.isnan(p_single)
 
 
-def test_failed_seeds_are_counted_and_take_the_worst_value() -> None:
+def test_failed_seeds_are_counted_and_leave_no_borrowed_mean() -> None:
     runs = outcomes("a", [1.0, 2.0, None]) + outcomes("b", [3.0, 5.0, 4.0])
     runs.append(TrialOutcome("a", "gpt", "lm", 3, "timeout", {"val_loss": 0.1}))
-    a = row_of(rank(runs, "val_loss", None), "a")
+    ranking = rank(runs, "val_loss", "b")
+    a = row_of(ranking, "a")
     assert (a.n, a.n_done, a.n_failed) == (4, 2, 2)
-    assert a.mean == pytest.approx((1.0 + 2.0 + 5.0 + 5.0) / 4)
+    assert (a.mean, a.std, a.ci_low, a.delta, a.failure) == (None, None, None, None, "diverged")
+    # a failed where b finished: a loses although its finished seeds are better
+    assert (a.verdict, a.decided_by, a.p_value, a.win_rate) == ("worse", "failures", None, 0.0)
+    md = format_ranking(ranking, "md")
+    assert "| diverged |" in md and "None" not in md and "n/a" not in md
+
+
+def test_a_failed_seed_is_worse_than_any_finite_value_everywhere() -> None:
+    """Issue 10's two-method check: one method diverges on every seed."""
+    runs = outcomes("sane", [2.1, 2.0, 2.2]) + outcomes("absurd", [None, None, None])
+    ranking = rank(runs, "val_loss", "sane")
+    sane, absurd = row_of(ranking, "sane"), row_of(ranking, "absurd")
+    assert (sane.win_rate, absurd.win_rate) == (1.0, 0.0)
+    assert (absurd.verdict, absurd.rank, sane.rank) == ("worse", 2, 1)
+    assert [s.method for s in ranking.summary] == ["sane", "absurd"]
+    # the same with the methods the other way round as baseline
+    flipped = rank(runs, "val_loss", "absurd")
+    assert row_of(flipped, "sane").verdict == "better"
+    # a method with fewer failed seeds beats one with more, whatever their finished values
+    partial = outcomes("once", [5.0, 5.0, None]) + outcomes("twice", [1.0, None, None])
+    assert row_of(rank(partial, "val_loss", None), "once").win_rate == 1.0
 
 
 def test_a_group_without_any_value_has_no_means() -> None:
@@ -189,7 +244,7 @@ def test_a_method_with_only_failed_trials_ranks_last() -> None:
     ranking = rank(runs, "val_loss", "good")
     assert [r.method for r in ranking.rows] == ["good", "weak", "broken"]
     broken = row_of(ranking, "broken")
-    assert (broken.n_failed, broken.mean, broken.verdict) == (3, 6.0, "worse")
+    assert (broken.n_failed, broken.mean, broken.verdict) == (3, None, "worse")
     assert ranking.summary[-1].method == "broken"
 
 
@@ -224,7 +279,7 @@ def test_win_rate_with_single_seeds_compares_means_and_averages_over_groups() ->
     assert summary["a"].n_trials == 2
 
 
-def test_select_tuned_picks_the_best_sweep_point_per_seed() -> None:
+def test_select_tuned_picks_one_point_per_method_or_the_best_per_seed() -> None:
     def trial(seed: int, lr: float, status: str, loss: float | None) -> TrialOutcome:
         metrics = {} if loss is None else {"val_loss": loss}
         return TrialOutcome("sgd", "gpt", "lm", seed, status, metrics, {"lr": lr}, f"{seed}-{lr}")
@@ -238,19 +293,72 @@ def test_select_tuned_picks_the_best_sweep_point_per_seed() -> None:
         trial(2, 0.1, "failed", None),
         trial(2, 0.01, "timeout", None),
     ]
-    chosen = {o.seed: o for o in select_tuned(runs, "val_loss", "min")}
+    chosen = {o.seed: o for o in select_tuned(runs, "val_loss", "min", "per_seed")}
     assert {seed: o.sweep["lr"] for seed, o in chosen.items()} == {0: 0.01, 1: 0.1, 2: 0.1}
     assert chosen[2].status == "failed"
-    best_acc = select_tuned(runs[:2], "val_loss", "max")
+    best_acc = select_tuned(runs[:2], "val_loss", "max", "per_seed")
     assert [o.sweep["lr"] for o in best_acc] == [0.1]
-    assert row_of(rank(runs, "val_loss", None), "sgd").n == 3
+    # per method: lr 1.0 has a diverged seed; 0.01 (mean 1.45) beats 0.1 (mean 1.6), both with
+    # one failed seed; every seed then reports lr 0.01
+    per_method = select_tuned(runs, "val_loss", "min")
+    assert sorted((o.seed, o.sweep["lr"]) for o in per_method) == [(0, 0.01), (1, 0.01), (2, 0.01)]
+    row = row_of(rank(runs, "val_loss", None), "sgd")
+    assert (row.n, row.sweep) == (3, {"lr": 0.01})
+    assert {t["sweep"]["lr"] for t in row.trials} == {0.01}
 
 
-def test_unknown_metric_or_baseline_raises_with_its_name() -> None:
+def test_tuning_on_one_metric_reports_another() -> None:
+    def trial(seed: int, lr: float, val: float, test: float) -> TrialOutcome:
+        metrics = {"val_loss": val, "test_loss": test}
+        return TrialOutcome("sgd", "gpt", "lm", seed, "done", metrics, {"lr": lr})
+
+    runs = [trial(0, 0.1, 1.0, 3.0), trial(1, 0.1, 1.1, 3.1)]
+    runs += [trial(0, 0.2, 2.0, 1.0), trial(1, 0.2, 2.1, 1.1)]
+    ranking = rank(runs, "test_loss", None, tune_metric="val_loss")
+    assert (ranking.rows[0].sweep, ranking.rows[0].mean) == ({"lr": 0.1}, pytest.approx(3.05))
+    assert "tuning: per_method on val_loss" in format_ranking(ranking, "md")
+    optimistic = rank(runs, "test_loss", None, tuning="per_seed")
+    assert optimistic.rows[0].mean == pytest.approx(1.05)
+    assert any("optimistic" in w for w in optimistic.warnings)
+
+
+def test_unequal_sweep_sizes_are_warned_about() -> None:
+    runs = [
+        TrialOutcome(m, "gpt", "lm", 0, "done", {"val_loss": 1.0 + lr}, {"lr": lr})
+        for m, lrs in {"a": [0.1, 0.2, 0.3], "b": [0.1]}.items()
+        for lr in lrs
+    ]
+    (warning,) = [w for w in rank(runs, "val_loss", None).warnings if "sweep sizes" in w]
+    assert "a 3, b 1" in warning
+
+
+def test_seeds_needed_for_a_tie_matches_a_paired_t_power_computation() -> None:
+    from harness.ranking.stats import seeds_needed
+
+    base = [1.0, 1.5, 1.2, 0.9]
+    other = [1.05, 1.4, 1.35, 0.95]
+    row = row_of(rank(outcomes("base", base) + outcomes("x", other), "val_loss", "base"), "x")
+    diffs = np.subtract(other, base)
+    assert row.verdict == "tie" and row.seeds_needed is not None
+    assert row.seeds_needed == seeds_needed(diffs.mean(), diffs.std(ddof=1), 0.05)[0]
+    # cross-check with the noncentral t: power reaches 0.8 at n and not at n - 1
+    effect = diffs.mean() / diffs.std(ddof=1)
+
+    def power(n: int) -> float:
+        crit = stats.t.ppf(0.975, n - 1)
+        nc = effect * np.sqrt(n)
+        return stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc)
+
+    assert power(row.seeds_needed) >= 0.8 > power(row.seeds_needed - 1)
+    assert np.isnan(seeds_needed(0.0, 1.0, 0.05)).all()
+
+
+def test_unknown_metric_raises_and_an_absent_baseline_is_said() -> None:
     with pytest.raises(RegistryError, match="val_los"):
         rank(outcomes("a", [1.0]), "val_los", None)
-    with pytest.raises(ValueError, match="adamw"):
-        rank(outcomes("a", [1.0]), "val_loss", "adamw")
+    ranking = rank(outcomes("a", [1.0]), "val_loss", "adamw")
+    assert ranking.baseline is None
+    assert any("baseline 'adamw' has no results" in w for w in ranking.warnings)
 
 
 @pytest.fixture
@@ -266,16 +374,19 @@ def ranking() -> Ranking:
 def test_json_output_has_all_keys(ranking: Ranking) -> None:
     data = json.loads(format_ranking(ranking, "json"))
     assert data["metric"] == "val_loss" and data["baseline"] == "base_line"
+    assert (data["ci"], data["tuning"], data["aggregate"]) == ("t", "per_method", "mean_win_rate")
     assert all(list(row) == ROW_KEYS for row in data["rows"])
     assert len(data["rows"]) == 3
     assert list(data["summary"][0]) == SUMMARY_KEYS
+    assert [t["title"] for t in data["tables"]][1] == "Overall (by mean win rate)"
 
 
 def test_csv_output_has_a_header_and_one_line_per_row(ranking: Ranking) -> None:
     lines = list(csv.reader(io.StringIO(format_ranking(ranking, "csv"))))
-    assert lines[0] == ROW_KEYS
+    header = ["task", "model", *group_table(ranking).header]
+    assert lines[0] == header
     assert len(lines) == 1 + len(ranking.rows)
-    assert math.isclose(float(lines[1][ROW_KEYS.index("mean")]), ranking.rows[0].mean or 0.0)
+    assert math.isclose(float(lines[1][header.index("mean")]), ranking.rows[0].mean or 0.0)
 
 
 def test_text_formats_name_every_method(ranking: Ranking) -> None:
@@ -286,7 +397,7 @@ def test_text_formats_name_every_method(ranking: Ranking) -> None:
     assert r"\toprule" in latex and r"base\_line" in latex and r"$\pm$" in latex
     table = format_ranking(ranking, "table")
     assert "base_line" in table and "pre|ln" in table
-    assert rich_table(ranking).row_count == 3
+    assert rich_table(group_table(ranking)).row_count == 3
     with pytest.raises(ValueError, match="xml"):
         format_ranking(ranking, "xml")  # type: ignore[arg-type]
 

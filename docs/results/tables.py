@@ -5,7 +5,11 @@
 
 One row per method: the value of `--by` and `--metric` on each task, and the mean over the tasks.
 With `--sweep FIELD` instead of `--by`, one row per (method, task): the mean of `--metric` at each
-swept value of FIELD (e.g. optimizer.lr), the best in bold, seeds that did not finish counted.
+swept value of FIELD (e.g. optimizer.lr), the best in bold (best by the metric's direction in
+`harness.registry.METRICS`), seeds that did not finish counted.
+
+Both are `harness.ranking.Table`s rendered by `harness.ranking.render.table_md`, the renderer
+of `layerbench rank --format md`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from collections import defaultdict
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from harness.ranking import Cell, Section, Table
+from harness.ranking.render import table_md
+from harness.ranking.table import number
+from harness.registry import METRICS
 from harness.store.db import make_engine
 from harness.store.models import Result, Trial
 
@@ -40,25 +48,23 @@ def values(db: str, suite: str, names: set[str]) -> dict[tuple[str, str], dict[s
     }
 
 
-def table(db: str, suite: str, metric: str, by: str, methods: list[str]) -> str:
+def table(db: str, suite: str, metric: str, by: str, methods: list[str]) -> Table:
     stored = values(db, suite, {metric, by})
     tasks = sorted({task for (_, task), m in stored.items() if metric in m})
-    lines = [
-        f"| method | {by} | " + " | ".join(tasks) + f" | mean {metric} |",
-        "| --- " * (len(tasks) + 3) + "|",
-    ]
+    rows = []
     for method in methods:
         cells = [stored.get((method, task), {}).get(metric) for task in tasks]
         found = [c for c in cells if c is not None]
         by_value = next((m[by] for (k, _), m in stored.items() if k == method and by in m), None)
-        mean = f"{sum(found) / len(found):.4g}" if found else "n/a"
-        shown = "n/a" if by_value is None else f"{by_value:g}"
-        row = " | ".join("n/a" if c is None else f"{c:.4g}" for c in cells)
-        lines.append(f"| {method} | {shown} | {row} | {mean} |")
-    return "\n".join(lines)
+        mean = sum(found) / len(found) if found else None
+        rows.append(
+            [Cell(method, method), number(by_value, "g"), *map(number, cells), number(mean)]
+        )
+    header = ["method", by, *tasks, f"mean {metric}"]
+    return Table(f"{metric} by {by}", header, [Section("", rows)])
 
 
-def sweep_table(db: str, suite: str, metric: str, field: str) -> str:
+def sweep_table(db: str, suite: str, metric: str, field: str) -> Table:
     """Mean `metric` per (method, task) at each swept value of `field`, best in bold."""
     finals: dict[tuple[str, str], dict[float, list[float | None]]] = defaultdict(
         lambda: defaultdict(list)
@@ -72,21 +78,25 @@ def sweep_table(db: str, suite: str, metric: str, field: str) -> str:
         for method, task, sweep, value in session.execute(query):
             if field in sweep:
                 finals[(method, task)][sweep[field]].append(value)
-    lines = [f"| method | task | {metric} at each {field} |", "| --- | --- | --- |"]
+    pick = min if METRICS.get(metric).direction == "min" else max
+    rows = []
     for (method, task), points in sorted(finals.items()):
         means = {
             point: sum(done) / len(done) if (done := [v for v in found if v is not None]) else None
             for point, found in sorted(points.items())
         }
-        best = min((m for m in means.values() if m is not None), default=None)
-        cells = []
-        for point, mean in means.items():
-            shown = "no finished seed" if mean is None else f"{mean:.4g}"
-            missing = sum(v is None for v in points[point])
-            shown += f" ({missing} not finished)" if missing and mean is not None else ""
-            cells.append(f"{point:g}: " + (f"**{shown}**" if mean == best else shown))
-        lines.append(f"| {method} | {task} | " + " · ".join(cells) + " |")
-    return "\n".join(lines)
+        best = pick((m for m in means.values() if m is not None), default=None)
+        shown = [_point(point, mean, points[point], mean == best) for point, mean in means.items()]
+        rows.append([Cell(method, method), Cell(task, task), Cell(means, " · ".join(shown))])
+    header = ["method", "task", f"{metric} at each {field}"]
+    return Table(f"{metric} at each {field}", header, [Section("", rows)])
+
+
+def _point(point: float, mean: float | None, found: list[float | None], best: bool) -> str:
+    shown = "no finished seed" if mean is None else f"{mean:.4g}"
+    missing = sum(v is None for v in found)
+    shown += f" ({missing} not finished)" if missing and mean is not None else ""
+    return f"{point:g}: " + (f"**{shown}**" if best else shown)
 
 
 def main() -> None:
@@ -99,9 +109,9 @@ def main() -> None:
     parser.add_argument("--sweep", metavar="FIELD")
     args = parser.parse_args()
     if args.sweep:
-        print(sweep_table(args.db, args.suite, args.metric, args.sweep))
+        print(table_md(sweep_table(args.db, args.suite, args.metric, args.sweep)))
     elif args.by and args.methods:
-        print(table(args.db, args.suite, args.metric, args.by, args.methods))
+        print(table_md(table(args.db, args.suite, args.metric, args.by, args.methods)))
     else:
         parser.error("give --sweep FIELD, or --by and --methods")
 

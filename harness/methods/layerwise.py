@@ -106,12 +106,21 @@ def llr_ratios(alphas: Sequence[float], low: float, high: float) -> np.ndarray:
 
 class LayerwiseLR:
     """LLR's per-matrix LR ratios, re-estimated every `interval` steps and applied around each
-    optimizer step on top of the scheduled rate."""
+    optimizer step on top of the scheduled rate.
+
+    `modules` get ratios from their alphas; the `outer` parameters (embeddings and head) get
+    `lr_max_ratio`, ramped like the others.
+    """
 
     def __init__(
-        self, optimizer: torch.optim.Optimizer, modules: list[nn.Linear], params: LLRParams
+        self,
+        optimizer: torch.optim.Optimizer,
+        modules: list[nn.Linear],
+        outer: list[nn.Parameter],
+        params: LLRParams,
     ) -> None:
         owner = {id(p): i for i, module in enumerate(modules) for p in module.parameters()}
+        owner |= {id(p): len(modules) for p in outer}
         split_groups(optimizer, lambda p: owner.get(id(p)))
         self.groups = [
             (group, owner[first_param(group)])
@@ -119,14 +128,15 @@ class LayerwiseLR:
             if first_param(group) in owner
         ]
         self.modules, self.params, self.steps = modules, params, 0
-        self.start = self.target = self.current = np.ones(len(modules))
+        self.start = self.target = self.current = np.ones(len(modules) + 1)
         self.scheduled: list[float] = []
         optimizer.register_step_pre_hook(self.before_step)
         optimizer.register_step_post_hook(self.after_step)
 
     def targets(self) -> np.ndarray:
         alphas = [esd_alpha(module.weight) for module in self.modules]
-        return llr_ratios(alphas, self.params.lr_min_ratio, self.params.lr_max_ratio)
+        ratios = llr_ratios(alphas, self.params.lr_min_ratio, self.params.lr_max_ratio)
+        return np.append(ratios, self.params.lr_max_ratio)
 
     def before_step(self, *_: Any) -> None:
         since = self.steps % self.params.interval
@@ -152,7 +162,13 @@ def llr(
 
     "One LR Doesn't Fit All: Heavy-Tail Guided Layerwise Learning Rates for LLMs": each weight
     matrix in the blocks trains at lr times a ratio linear in the power-law alpha of its
-    eigenvalue spectrum, larger alpha (a lighter tail) faster.
+    eigenvalue spectrum, larger alpha (a lighter tail) faster. As in the authors' code
+    (github.com/hed-ucas/Layer-wise-Learning-Rate, olmo/LRUnbalance.py, `net_esd_estimator` and
+    `build_optimizer_param_group`), the embeddings and the head (modules named "embed"/"head")
+    are given the largest alpha, so they train at `lr_max_ratio` (a tied table counts as head).
+    Norms and biases keep the base rate: the authors' LayerNorm option (`layernorm`, mapping a
+    norm to the linear layer before it) is off by default and not set by `build_optimizer_LLR`
+    (olmo/optim.py), so their runs left norms in the untuned group.
     """
     params = method_params(spec, LLRParams)
     modules = [
@@ -163,7 +179,8 @@ def llr(
     ]
     if not modules:
         raise ValueError(f"llr: no weight matrix has {params.min_eigenvalues} eigenvalues or more")
-    LayerwiseLR(optimizer, modules, params)
+    layers = model_layers(model)
+    LayerwiseLR(optimizer, modules, layers.embeddings + layers.head, params)
     return optimizer
 
 

@@ -2,12 +2,14 @@
 
 An entry is a factory `(dim, role, eps, **params) -> nn.Module` that normalizes the last
 dimension. `role` says where the norm sits: "attn" on the attention sublayer's path, "mlp" on
-the MLP's, "final" before the LM head; only types whose initialisation depends on it read it
-(DyT and Derf: their language-model alpha). Types with their own fields (e.g. an initial alpha)
-register a `ParamsModel` as `params=`; the model passes the validated fields of the suite's
-`norm` section as `**params`. Types registered with `scale_embeddings=True` follow their
-papers' language-model recipe: the model multiplies its embeddings by a learnable scalar
-initialised to sqrt(d_model).
+the MLP's, "final" before the LM head ("embed" after the embeddings, for placements that
+normalize them); only types whose initialisation depends on it read it (DyT and Derf: their
+language-model alpha). Types with their own fields (e.g. an initial alpha) register a
+`ParamsModel` as `params=`; the model passes the validated fields of the suite's `norm` section
+as `**params`. Types registered with `scale_embeddings=True` follow their papers' language-model
+recipe: the model multiplies its embeddings by a learnable scalar initialised to sqrt(d_model).
+Types registered with `model_width=True` also get the model's width as `model_width` (their
+alpha_0 depends on it, not on the width of the tensor they normalize).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from torch import Tensor, nn
 from harness.registry import NORM_TYPES
 from harness.spec.schema import ParamsModel
 
-NormRole = Literal["attn", "mlp", "final"]
+NormRole = Literal["attn", "mlp", "final", "embed"]
 
 DYT_LLM_ALPHA: tuple[tuple[int, float, float], ...] = (
     (1024, 1.0, 1.0),
@@ -37,7 +39,13 @@ DYT_LLM_ALPHA_WIDEST = (0.2, 0.05)
 
 
 def llm_alpha_init(width: int, role: NormRole) -> float:
-    """DyT's alpha_0 for language models: smaller for wider models, larger in attention."""
+    """DyT's alpha_0 for language models: smaller for wider models, larger in attention.
+
+    `width` is the model's width (d_model), for every norm of the model: the authors' LLaMA
+    code (github.com/jiachenzhu/DyT, other_tasks/LLaMA/README.md and fms_fsdp/models/llama.py)
+    sets one alpha_0 per model variant for the attention norms, one for the FFN norms and one
+    for the final norm, whatever tensor each normalizes.
+    """
     attn, other = next(
         ((attn, other) for up_to, attn, other in DYT_LLM_ALPHA if width <= up_to),
         DYT_LLM_ALPHA_WIDEST,
@@ -94,18 +102,38 @@ class DerfParams(DyTParams):
     shift_init: float = 0.0
 
 
-@NORM_TYPES.register("dyt", params=DyTParams, scale_embeddings=True)
-def dyt(dim: int, role: NormRole, eps: float, alpha_init: float | None) -> nn.Module:
-    """DyT: gamma tanh(alpha x) + beta (Zhu et al., 2025, "Transformers without Normalization")."""
-    return DynamicTanh(dim, llm_alpha_init(dim, role) if alpha_init is None else alpha_init)
-
-
-@NORM_TYPES.register("derf", params=DerfParams, scale_embeddings=True)
-def derf(
-    dim: int, role: NormRole, eps: float, alpha_init: float | None, shift_init: float
+@NORM_TYPES.register("dyt", params=DyTParams, scale_embeddings=True, model_width=True)
+def dyt(
+    dim: int, role: NormRole, eps: float, alpha_init: float | None, model_width: int | None = None
 ) -> nn.Module:
-    """Derf: gamma erf(alpha x + s) + beta (Chen et al., 2025, "Stronger Normalization-Free")."""
-    alpha = llm_alpha_init(dim, role) if alpha_init is None else alpha_init
+    """DyT: gamma tanh(alpha x) + beta (Zhu et al., 2025, "Transformers without Normalization").
+
+    alpha_0 by the model's width (`model_width`, default `dim`) and the norm's role.
+    """
+    width = dim if model_width is None else model_width
+    return DynamicTanh(dim, llm_alpha_init(width, role) if alpha_init is None else alpha_init)
+
+
+@NORM_TYPES.register("derf", params=DerfParams, scale_embeddings=True, model_width=True)
+def derf(
+    dim: int,
+    role: NormRole,
+    eps: float,
+    alpha_init: float | None,
+    shift_init: float,
+    model_width: int | None = None,
+) -> nn.Module:
+    """Derf: gamma erf(alpha x + s) + beta (Chen et al., 2025, "Stronger Normalization-Free").
+
+    Derf's own module defaults to alpha_0 = 0.5 (github.com/zlab-princeton/Derf, ViT/, DiT/,
+    "DNA model/dynamic_erf.py"), but its language-model recipe ("language model/model_derf.patch"
+    on nanoGPT) sets alpha_0 per role (attention, FFN, final norm; 1.0 each by default, the
+    README leaves them to be chosen) and scales the embeddings by a learnable sqrt(d): the same
+    per-role, per-width rule as DyT's language models (`llm_alpha_init`), which gives 1.0 for
+    every role up to width 1024, as the patch does.
+    """
+    width = dim if model_width is None else model_width
+    alpha = llm_alpha_init(width, role) if alpha_init is None else alpha_init
     return DynamicErf(dim, alpha, shift_init)
 
 

@@ -276,11 +276,94 @@ class HybridParams(ParamsModel):
     """Learning rate of the AdamW part (embeddings, head, norms, biases); default: `lr`."""
 
 
+NsDtype = Literal["auto", "float32", "bfloat16"]
+NS_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
 class MuonParams(HybridParams):
     ns_steps: PositiveInt = 5
     """Newton-Schulz iterations."""
     adjust_lr_fn: Literal["original", "match_rms_adamw"] = "original"
     """Per-matrix rate: sqrt(max(1, rows/cols)) (Jordan) or 0.2 sqrt(max(rows, cols)) (Moonshot)."""
+    ns_dtype: NsDtype = "auto"
+    """Newton-Schulz precision: bfloat16 (torch.optim.Muon, as Jordan's reference), or float32;
+    auto: bfloat16 on CUDA, float32 on CPU, where bfloat16 matmuls are ~20x slower."""
+
+
+def resolve_ns_dtype(ns_dtype: NsDtype, device: str) -> Literal["float32", "bfloat16"]:
+    """`ns_dtype` with auto resolved for `device` ("cpu", "cuda[:N]" or "auto")."""
+    if ns_dtype != "auto":
+        return ns_dtype
+    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    return "bfloat16" if cuda else "float32"
+
+
+def resolved_optimizer(optimizer: dict[str, Any], device: str) -> dict[str, Any]:
+    """A trial's optimizer section with Muon's `ns_dtype: auto` resolved for the trial's device,
+    so that the value that runs is the value in the trial config (and its key)."""
+    if optimizer.get("name") != "muon":
+        return optimizer
+    return optimizer | {"ns_dtype": resolve_ns_dtype(optimizer.get("ns_dtype", "auto"), device)}
+
+
+def newton_schulz(
+    grad: torch.Tensor,
+    coefficients: tuple[float, float, float],
+    steps: int,
+    eps: float,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """torch.optim.Muon's quintic Newton-Schulz orthogonalization (torch/optim/_muon.py,
+    `_zeropower_via_newtonschulz`, from Jordan's reference) carried out in `dtype`."""
+    a, b, c = coefficients
+    x = grad.to(dtype)
+    tall = grad.size(0) > grad.size(1)
+    if tall:
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
+
+
+class Muon(torch.optim.Muon):
+    """torch.optim.Muon with a choice of Newton-Schulz precision.
+
+    bfloat16 is torch's own step, unchanged; float32 repeats torch's single-tensor step
+    (`_single_tensor_muon`: momentum lerp, Nesterov, Newton-Schulz, decoupled decay, `_adjust_lr`)
+    with the iteration in float32. torch's Muon takes no orthogonalization function, hence the
+    override of `step`.
+    """
+
+    def __init__(
+        self, params: Iterable[nn.Parameter], ns_dtype: torch.dtype, **kwargs: Any
+    ) -> None:
+        super().__init__(params, **kwargs)
+        self.ns_dtype = ns_dtype
+
+    @torch.no_grad()
+    def step(self, closure: Closure = None) -> float | None:
+        if self.ns_dtype == torch.bfloat16:
+            return super().step(closure)
+        from torch.optim._muon import _adjust_lr
+
+        loss = closure_loss(closure)
+        for group in self.param_groups:
+            params: list[torch.Tensor] = []
+            grads: list[torch.Tensor] = []
+            buffers: list[torch.Tensor] = []
+            self._init_group(group, params, grads, buffers)
+            lr, momentum = group["lr"], group["momentum"]
+            for param, grad, buffer in zip(params, grads, buffers, strict=True):
+                buffer.lerp_(grad, 1 - momentum)
+                update = grad.lerp(buffer, momentum) if group["nesterov"] else buffer
+                update = newton_schulz(
+                    update, group["ns_coefficients"], group["ns_steps"], group["eps"], self.ns_dtype
+                )
+                param.mul_(1 - lr * group["weight_decay"])
+                param.add_(update, alpha=-_adjust_lr(lr, group["adjust_lr_fn"], param.shape))
+        return loss
 
 
 @OPTIMIZERS.register("muon", params=MuonParams)
@@ -288,15 +371,19 @@ def muon(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """Muon: orthogonalized momentum for hidden matrices, AdamW elsewhere (Jordan et al., 2024).
 
     torch.optim.Muon (Newton-Schulz) for the 2D weights in the blocks; AdamW for embeddings, head,
-    norms and biases. Nesterov momentum 0.95 by default.
+    norms and biases. Nesterov momentum 0.95 by default. `ns_dtype: auto` left unresolved (the
+    runner resolves it in the trial config) follows the model's device.
     """
     params = method_params(spec, MuonParams)
     momentum, nesterov = momentum_of(spec, 0.95, True)
+    device = next(model.parameters()).device.type
+    ns_dtype = NS_DTYPES[resolve_ns_dtype(params.ns_dtype, device)]
     return with_adamw(
         model,
         spec,
-        lambda hidden: torch.optim.Muon(
+        lambda hidden: Muon(
             hidden,
+            ns_dtype,
             lr=spec.lr,
             weight_decay=spec.weight_decay,
             momentum=momentum,
@@ -360,8 +447,13 @@ class ScionParams(ParamsModel):
 def scion(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """Scion: momentum, then each layer type's norm-constrained LMO (Pethick et al., 2025).
 
-    ColNorm for input embeddings, Sign for the head, Spectral for matrices, RMS for vectors;
-    momentum 0.9 by default. Constrained by default (its own decay); weight_decay acts only
+    The authors' shallow nanoGPT example, "Mixed" mode (github.com/LIONS-EPFL/scion,
+    examples/shallow-nanogpt/model.py, `configure_optimizers`): ColNorm for the input
+    embeddings, Sign for the head, Spectral (`norm_kwargs` {}: normalized, max=False) for the
+    matrices in the blocks, and `optimizer.init()` so every such weight starts on its norm ball
+    (`scion_init`). Vectors (norms, biases) get the RMS LMO and keep the model's init: the
+    authors' model has parameter-free norms, and Scion's BiasRMS init would zero the gains.
+    Momentum 0.9 by default. Constrained by default (its own decay); weight_decay acts only
     when unconstrained.
     """
     from pytorch_optimizer import SCION
@@ -369,6 +461,7 @@ def scion(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
 
     params, layers = method_params(spec, ScionParams), model_layers(model)
     outer = {id(p) for p in layers.embeddings + layers.head}
+    inner = [p for p in trainable(model) if id(p) not in outer]
     groups = [
         {
             "params": layers.embeddings,
@@ -378,18 +471,39 @@ def scion(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
         },
         {"params": layers.head, "norm_type": LMONorm.SIGN, "scale": params.head_scale},
         {
-            "params": [p for p in trainable(model) if id(p) not in outer],
-            "norm_type": LMONorm.AUTO,
+            "params": [p for p in inner if p.ndim >= 2],
+            "norm_type": LMONorm.SPECTRAL,
+            "scale": params.hidden_scale,
+        },
+        {
+            "params": [p for p in inner if p.ndim < 2],
+            "norm_type": LMONorm.BIAS,
             "scale": params.hidden_scale,
         },
     ]
-    return SCION(
+    optimizer = SCION(
         [group for group in groups if group["params"]],
         lr=spec.lr,
         momentum=1 - momentum_of(spec, 0.9, False)[0],
         constraint=not params.unconstrained,
         weight_decay=spec.weight_decay,
     )
+    scion_init(optimizer)
+    return optimizer
+
+
+@torch.no_grad()
+def scion_init(optimizer: torch.optim.Optimizer) -> None:
+    """`SCION.init()` (each weight set to its LMO norm's init times the group's radius) for the
+    matrix groups only; the vector (BIAS) group keeps the model's init."""
+    from pytorch_optimizer.optimizer.scion import LMONorm, build_lmo_norm
+
+    for group in optimizer.param_groups:
+        if group["norm_type"] == LMONorm.BIAS:
+            continue
+        norm = build_lmo_norm(group["norm_type"], **group["norm_kwargs"])
+        for p in group["params"]:
+            p.copy_(norm.init(p)).mul_(group["scale"])
 
 
 def warmup(step: int, warmup_steps: int) -> float:

@@ -5,9 +5,11 @@ combines the block's two sublayers (attention, MLP), which it receives as callab
 built as `Cls(layer_idx, n_layers, make_norm, **params)`; `make_norm(role)` returns a fresh
 norm over the model width for the attention path ("attn") or the MLP path ("mlp"), and
 `params` are the validated fields of its `params=` model, if any. `final_norm` is the
-placement's default for a norm after the last block. A placement that changes the inside of
-the sublayers declares it in `sublayers` (the model builds them so), and one that changes
-their initialisation overrides `init_sublayers` (the model calls it after its own init).
+placement's default for a norm after the last block, `embed_norm` its default for a norm of the
+embeddings before the first block, and `paper_init` the initialisation its authors trained
+with (`model.init: paper`; GPT-2's where they used it or name none). A placement that changes
+the inside of the sublayers declares it in `sublayers` (the model builds them so), and one that
+changes their initialisation overrides `init_sublayers` (the model calls it after its own init).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 from torch import Tensor, nn
@@ -27,6 +29,27 @@ from harness.spec.schema import ParamsModel
 
 MakeNorm = Callable[[NormRole], nn.Module]
 Sublayer = Callable[[Tensor], Tensor]
+InitProfile = Literal["gpt2", "paper"]
+
+
+@dataclass(frozen=True)
+class InitRecipe:
+    """How the model initialises its weights: normal(0, init_std) for every linear layer and
+    embedding (the GPT-2 / nanoGPT recipe), with or without GPT-2's residual scaling."""
+
+    residual_scaling: bool = True
+    """Divide the std of the layers writing into the residual stream (attention output and MLP
+    down projections) by sqrt(2 n_layers) (Radford et al., 2019, GPT-2, Sec. 2.3)."""
+
+
+GPT2_INIT = InitRecipe()
+UNSCALED_INIT = InitRecipe(residual_scaling=False)
+"""std init_std on every linear layer and embedding, no residual scaling: the init the
+LayerNorm Scaling and Mix-LN authors trained with (github.com/lmsdss/LayerNorm-Scaling,
+peft_pretraining/modeling_llama.py, `LlamaPreTrainedModel._init_weights`: normal(0,
+initializer_range = 0.02) for every nn.Linear and nn.Embedding; the scaled std
+initializer_range / sqrt(2 L) only for the `scale_pre` / `scale_post_pre` baselines, not for
+`LNS` or `post_pre` = Mix-LN; its README advises against combining LNS with scaled init)."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +68,9 @@ class Placement(nn.Module):
     """Base class: where a block's norms sit around its attention and MLP sublayers."""
 
     final_norm: ClassVar[bool]
+    embed_norm: ClassVar[bool] = False
     sublayers: ClassVar[SublayerNorms] = SublayerNorms()
+    paper_init: ClassVar[InitRecipe] = GPT2_INIT
 
     def __init__(self, layer_idx: int, n_layers: int) -> None:
         super().__init__()
@@ -100,9 +125,15 @@ class PostNorm(Placement):
 
 @NORM_PLACEMENTS.register("peri")
 class PeriNorm(Placement):
-    """Peri-LN: x + N_out(f(N_in(x))) (Kim et al., 2025, "Peri-LN: Revisiting Normalization")."""
+    """Peri-LN: x + N_out(f(N_in(x))) (Kim et al., 2025, "Peri-LN: Revisiting Normalization").
+
+    Kim et al., arXiv:2502.02732, Sec. 3, eq. 3, with the final norm y_L = N(x_L) and the
+    embedding norm y_0 = N(x_embed) that the paper adds to Peri-LN (marked optional there; on
+    by default here, `norm.embed_norm: false` turns it off).
+    """
 
     final_norm = True
+    embed_norm = True
 
     def __init__(self, layer_idx: int, n_layers: int, make_norm: MakeNorm) -> None:
         super().__init__(layer_idx, n_layers)
@@ -121,9 +152,14 @@ class MixParams(ParamsModel):
 
 @NORM_PLACEMENTS.register("mix", params=MixParams)
 class MixNorm(Placement):
-    """Mix-LN: Post-LN in the first post_fraction of layers, Pre-LN after (Li et al., 2025)."""
+    """Mix-LN: Post-LN in the first post_fraction of layers, Pre-LN after (Li et al., 2025).
+
+    As `post_pre` in github.com/lmsdss/LayerNorm-Scaling, peft_pretraining/modeling_llama.py,
+    whose init (`paper_init`) has no residual scaling.
+    """
 
     final_norm = True
+    paper_init = UNSCALED_INIT
 
     def __init__(
         self, layer_idx: int, n_layers: int, make_norm: MakeNorm, post_fraction: float
@@ -172,9 +208,14 @@ class NormFormer(Placement):
 
 @NORM_PLACEMENTS.register("lns")
 class LayerNormScaling(Placement):
-    """LNS: x + f(N(x) / sqrt(l)), l = layer index from 1 (Sun et al., 2025, "Curse of Depth")."""
+    """LNS: x + f(N(x) / sqrt(l)), l = layer index from 1 (Sun et al., 2025, "Curse of Depth").
+
+    As `LNS` in github.com/lmsdss/LayerNorm-Scaling, peft_pretraining/modeling_llama.py, whose
+    init (`paper_init`) has no residual scaling.
+    """
 
     final_norm = True
+    paper_init = UNSCALED_INIT
 
     def __init__(self, layer_idx: int, n_layers: int, make_norm: MakeNorm) -> None:
         super().__init__(layer_idx, n_layers)
@@ -188,7 +229,11 @@ class LayerNormScaling(Placement):
 
 @NORM_PLACEMENTS.register("deepnorm")
 class DeepNorm(Placement):
-    """DeepNorm: N(alpha x + f(x)), alpha=(2L)^(1/4), init gain (8L)^(-1/4) (Wang et al., 2022)."""
+    """DeepNorm: N(alpha x + f(x)), alpha=(2L)^(1/4), init gain (8L)^(-1/4) (Wang et al., 2022).
+
+    Its own init (`init_sublayers`) is part of the method: it replaces the sublayers' init under
+    both `model.init` profiles.
+    """
 
     final_norm = False
 
@@ -222,3 +267,8 @@ class NoNorm(Placement):
     def forward(self, x: Tensor, attn: Sublayer, mlp: Sublayer) -> Tensor:
         x = x + attn(x)
         return x + mlp(x)
+
+
+def init_recipe(placement: str, profile: InitProfile) -> InitRecipe:
+    """The model init of `profile`: GPT-2's, or the placement's authors' (`paper_init`)."""
+    return NORM_PLACEMENTS.get(placement).paper_init if profile == "paper" else GPT2_INIT

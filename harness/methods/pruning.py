@@ -173,22 +173,41 @@ def linearity(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) 
 
 
 def gate_norm(attention: nn.Module) -> float:
-    """||W_Q W_K^T||_F with W = proj.weight^T: the Frobenius norm of the summed per-head q-k gates.
+    """sqrt(sum_h ||W_Q^h (W_K^h)^T||_F^2): the query-key coupling of every head, head by head.
 
-    With grouped-query attention each query head is paired with its key head (h // group).
+    W^h = the head's rows of proj.weight (head_dim x d_model); head h's logits are
+    x^T (W_Q^h)^T W_K^h y / sqrt(head_dim), so each head's bilinear form is scored on its own and
+    heads cannot cancel (the Frobenius norm of the sum over heads could: two heads with opposite
+    forms scored 0). With grouped-query attention query head h pairs with key head h // group.
+    ||A^T B||_F^2 = <A A^T, B B^T> keeps it to head_dim x head_dim Gram matrices.
     """
-    w_q, w_k = attention.q_proj.weight.float(), attention.k_proj.weight.float()
+    if not all(
+        isinstance(getattr(attention, name, None), (nn.Identity, type(None)))
+        for name in ("q_norm", "k_norm")
+    ):
+        raise ValueError(
+            "attention_qk (Gate-Norm) scores W_Q W_K^T, which does not set the attention logits "
+            "of a model with QK-norm; use block_influence, linearity or task_greedy instead"
+        )
     head_dim = attention.head_dim
-    group = w_q.shape[0] // w_k.shape[0]
-    w_k = w_k.unflatten(0, (-1, head_dim)).repeat_interleave(group, dim=0).flatten(0, 1)
-    return float(torch.linalg.matrix_norm(w_q.T @ w_k))
+    w_q = attention.q_proj.weight.detach().double().unflatten(0, (-1, head_dim))
+    w_k = attention.k_proj.weight.detach().double().unflatten(0, (-1, head_dim))
+    w_k = w_k.repeat_interleave(w_q.shape[0] // w_k.shape[0], dim=0)
+    gram_q, gram_k = w_q @ w_q.transpose(1, 2), w_k @ w_k.transpose(1, 2)
+    return float((gram_q * gram_k).sum().clamp(min=0.0).sqrt())
 
 
 @PRUNING.register("attention_qk", targets=("attention",))
 def attention_qk(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
-    """Gate-Norm (Saikumar & Varghese, 2025): remove the k attentions of least ||W_Q W_K^T||_F.
+    """Gate-Norm (Saikumar & Varghese, 2025): remove the k attentions of weakest query-key coupling.
 
-    Data-free: only the query and key projection weights are read.
+    "Data-Free Pruning of Self-Attention Layers in LLMs" (arXiv:2512.20636) ranks attention
+    sublayers by the query-key coupling of their weights alone; our score is `gate_norm`, the
+    per-head Frobenius norm of W_Q^h (W_K^h)^T (the paper's exact formula was not available to
+    us, so this is our reading, documented as such). Data-free: only the query and key
+    projection weights are read. RoPE is left out: the score is the coupling at relative
+    offset 0 (RoPE rotates each frequency pair of q and k by the offset). Models with QK-norm,
+    whose logits do not scale with W_Q and W_K, are refused.
     """
     with torch.no_grad():
         scores = {i: gate_norm(sublayer(model, i, "attention")) for i in range(len(blocks(model)))}

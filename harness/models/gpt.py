@@ -29,7 +29,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from harness.methods.norms import NormRole
-from harness.methods.placement import SublayerNorms
+from harness.methods.placement import InitProfile, SublayerNorms, init_recipe
 from harness.registry import MODELS, NORM_PLACEMENTS, NORM_TYPES, Entry
 from harness.spec.constraints import BlockShape
 from harness.spec.schema import NormSpec, StrictModel
@@ -77,6 +77,9 @@ class GPTSpec(StrictModel):
     tie_embeddings: bool = True
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     init_std: PositiveFloat = 0.02
+    init: InitProfile = "gpt2"
+    """gpt2: normal(0, init_std), residual outputs / sqrt(2 n_layers); paper: the norm
+    placement's authors' init where it differs (`Placement.paper_init`), else gpt2."""
     bias: bool = False
 
     @model_validator(mode="after")
@@ -112,6 +115,7 @@ class GPTConfig(PreTrainedConfig):
     tie_embeddings: bool = True
     dropout: float = 0.0
     init_std: float = 0.02
+    init: str = "gpt2"
     bias: bool = False
     norm_placement: str = "pre"
     norm_type: str = "layernorm"
@@ -119,6 +123,7 @@ class GPTConfig(PreTrainedConfig):
     norm_params: dict[str, Any] = field(default_factory=dict)
     qk_norm: bool = False
     final_norm: bool | None = None
+    embed_norm: bool | None = None
     use_cache: bool = False
 
     def __post_init__(self, **kwargs: Any) -> None:
@@ -127,8 +132,11 @@ class GPTConfig(PreTrainedConfig):
             self.n_kv_heads = self.n_heads
         if self.d_ff is None:
             self.d_ff = default_d_ff(self.d_model, self.mlp)
+        placement = NORM_PLACEMENTS.get(self.norm_placement)
         if self.final_norm is None:
-            self.final_norm = NORM_PLACEMENTS.get(self.norm_placement).final_norm
+            self.final_norm = placement.final_norm
+        if self.embed_norm is None:
+            self.embed_norm = placement.embed_norm
         super().__post_init__(**kwargs)
 
 
@@ -278,12 +286,16 @@ class GPT(PreTrainedModel, GenerationMixin):
             config.norm_placement, config.norm_type, config.norm_params
         )
         norm_type = NORM_TYPES.entry(config.norm_type)
+        if norm_type.meta.get("model_width", False):
+            norm_params["model_width"] = config.d_model
         make_norm = partial(norm_type.obj, eps=config.norm_eps, **norm_params)
+        self.residual_scaling = init_recipe(config.norm_placement, config.init).residual_scaling
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         learned = config.pos == "learned"
         self.embed_positions = nn.Embedding(config.max_seq_len, config.d_model) if learned else None
         sqrt_d, scaled = math.sqrt(config.d_model), norm_type.meta.get("scale_embeddings", False)
         self.embed_scale = nn.Parameter(torch.full((1,), sqrt_d)) if scaled else None
+        self.embed_norm = make_norm(config.d_model, "embed") if config.embed_norm else nn.Identity()
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
             Block(config, i, make_norm, **placement_params) for i in range(config.n_layers)
@@ -299,9 +311,10 @@ class GPT(PreTrainedModel, GenerationMixin):
             block.placement.init_sublayers(block.attn, block.mlp)
 
     def _init_weights(self, module: nn.Module) -> None:
-        """normal(0, init_std) weights, zero biases; std / sqrt(2 n_layers) on residual outputs."""
+        """normal(0, init_std) weights, zero biases; std / sqrt(2 n_layers) on residual outputs
+        unless the init profile drops GPT-2's residual scaling (`model.init`)."""
         std = self.config.init_std
-        if isinstance(module, ResidualOut):
+        if isinstance(module, ResidualOut) and self.residual_scaling:
             std /= math.sqrt(2 * self.config.n_layers)
         if isinstance(module, (nn.Linear, nn.Embedding)):
             init.normal_(module.weight, mean=0.0, std=std)
@@ -309,7 +322,8 @@ class GPT(PreTrainedModel, GenerationMixin):
             init.zeros_(module.bias)
 
     def embed(self, input_ids: Tensor) -> Tensor:
-        """Token (+ learned position) embeddings, times the norm type's scalar if it has one."""
+        """Token (+ learned position) embeddings, times the norm type's scalar if it has one,
+        normalized if the placement (or `norm.embed_norm`) says so (Peri-LN: y_0 = N(x_embed))."""
         seq_len = input_ids.shape[1]
         if seq_len > self.config.max_seq_len:
             raise ValueError(
@@ -320,7 +334,7 @@ class GPT(PreTrainedModel, GenerationMixin):
             x = x + self.embed_positions(torch.arange(seq_len, device=input_ids.device))
         if self.embed_scale is not None:
             x = x * self.embed_scale
-        return self.dropout(x)
+        return self.dropout(self.embed_norm(x))
 
     def forward(
         self,
@@ -384,6 +398,7 @@ def build_gpt(spec: GPTSpec, norm: NormSpec, vocab_size: int) -> GPT:
         norm_params=dict(norm.model_extra or {}),
         qk_norm=norm.qk_norm,
         final_norm=norm.final_norm,
+        embed_norm=norm.embed_norm,
     )
     return GPT(config)
 

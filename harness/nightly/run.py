@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 
 from harness.nightly.detect import Finding, Key, PastAlert, RunValues, detect
 from harness.ranking import TrialOutcome, metric_value, select_tuned
+from harness.ranking.suite import declared_ranking
 from harness.registry import METRICS
 from harness.runner.env import cpu_model, git_commit, package_versions
 from harness.runner.plan import PlannedTrial, plan_suite
@@ -107,7 +108,7 @@ def run_suite(
             outcome.skipped = f"already run today at this commit (suite run #{run.id})"
             return outcome
     if run is None:
-        ranking = {"baseline": suite.baseline, **suite.rank.model_dump(mode="json")}
+        ranking = declared_ranking(suite)
         run = start_nightly_run(
             engine, suite.suite, suite.cadence, len(trials), ranking, host, machine()
         )

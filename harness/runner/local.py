@@ -98,11 +98,7 @@ def run_local(
         if stop is not None and stop.is_set():
             abandon(active, ledger)
             break
-        while pending and len(active) < workers:
-            trial = pending.popleft()
-            if not ledger.claim(trial):
-                progress.finished(trial, None)
-                continue
+        while len(active) < workers and (trial := claim_next(pending, ledger, progress)):
             receiver, sender = ctx.Pipe(duplex=False)
             process = ctx.Process(
                 target=trial_process, args=(sender, trial.config, threads_per_trial(workers))
@@ -125,6 +121,31 @@ def run_local(
                 )
                 end(conn, active.pop(conn), result, ledger, progress, results)
     return results
+
+
+def claim_next(
+    pending: deque[PlannedTrial], ledger: Ledger, progress: Progress
+) -> PlannedTrial | None:
+    """The next pending trial this runner claims (every backend claims through the ledger)."""
+    while pending:
+        trial = pending.popleft()
+        if ledger.claim(trial):
+            return trial
+        progress.finished(trial, None)
+    return None
+
+
+def record(
+    trial: PlannedTrial,
+    result: TrialResult,
+    ledger: Ledger,
+    progress: Progress,
+    results: dict[str, TrialResult],
+) -> None:
+    """Store a finished trial (SQL, then MLflow through the ledger) the way every backend does."""
+    ledger.finish(trial, result)
+    results[trial.key] = result
+    progress.finished(trial, result)
 
 
 def renew_leases(running: Iterable[Running], ledger: Ledger) -> None:
@@ -170,9 +191,7 @@ def end(
 ) -> None:
     conn.close()
     running.process.join(timeout=10)
-    ledger.finish(running.trial, result)
-    results[running.trial.key] = result
-    progress.finished(running.trial, result)
+    record(running.trial, result, ledger, progress, results)
 
 
 def death_message(exitcode: int | None) -> str:

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from harness.methods.optimizers import resolved_optimizer
 from harness.registry import MODELS, TASKS, Registry
 from harness.runner.env import package_versions
 from harness.spec.resolve import trial_settings
@@ -74,8 +75,12 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
     for method, model, task in matrix_cells(suite):
         for point, settings in settings_of[method]:
             for seed in suite.seeds:
+                resolved_settings = settings.model_dump(mode="json")
+                resolved_settings["optimizer"] = resolved_optimizer(
+                    resolved_settings["optimizer"], settings.device
+                )
                 config = {
-                    **settings.model_dump(mode="json"),
+                    **resolved_settings,
                     "model": models[model],
                     "task": tasks[task],
                     "seed": seed,

@@ -72,11 +72,59 @@ def check_suite(suite: Suite, locator: Locator) -> Iterator[Problem]:
     yield from check_model_fit(suite, locator)
     for name in suite.methods:
         yield from check_method(suite, name, locator)
-    watched = [(("regression", "metrics", i), m) for i, m in enumerate(suite.regression.metrics)]
-    for loc, metric in [(("rank", "metric"), suite.rank.metric), *watched] + (
-        [(("rank", "target", "metric"), suite.rank.target.metric)] if suite.rank.target else []
-    ):
+    yield from check_rank(suite, locator)
+    for index in range(len(suite.expect)):
+        yield from check_claim(suite, index, locator)
+
+
+def check_rank(suite: Suite, locator: Locator) -> Iterator[Problem]:
+    """`rank` and `regression` name registered metrics; a per-task target names the suite's
+    tasks."""
+    rank, target = suite.rank, suite.rank.target
+    metrics = [(("rank", "metric"), rank.metric)]
+    metrics += [(("rank", "tune_metric"), rank.tune_metric)] if rank.tune_metric else []
+    metrics += [(("rank", "target", "metric"), target.metric)] if target else []
+    metrics += [(("regression", "metrics", i), m) for i, m in enumerate(suite.regression.metrics)]
+    for loc, metric in metrics:
         yield from lookup(METRICS, metric, loc, locator)
+    if target is not None and isinstance(target.value, dict):
+        for task in target.value:
+            if task not in suite.tasks:
+                known = ", ".join(suite.tasks)
+                loc = ("rank", "target", "value", task)
+                yield locator.problem(loc, f"unknown task '{task}' (tasks: {known})")
+
+
+def check_claim(suite: Suite, index: int, locator: Locator) -> Iterator[Problem]:
+    """An `expect` claim names two defined methods, a registered metric, and recipes (models)
+    on which both methods run on some task."""
+    from harness.runner.plan import matrix_cells
+
+    claim, loc = suite.expect[index], ("expect", index)
+    for field, name in [("method", claim.method), ("than", claim.than)]:
+        if name is not None and name not in suite.methods:
+            error = UnknownNameError("method", name, sorted(suite.methods))
+            hint = f"; did you mean '{error.suggestion}'?" if error.suggestion else ""
+            yield locator.problem((*loc, field), f"unknown method '{name}'{hint}")
+    than = claim.than or suite.baseline
+    if than is None:
+        yield locator.problem(loc, "no `than` and no suite `baseline`: name the method compared")
+    elif than == claim.method:
+        yield locator.problem((*loc, "than"), f"'{than}' is compared with itself")
+    if claim.metric is not None:
+        yield from lookup(METRICS, claim.metric, (*loc, "metric"), locator)
+    cells = set(matrix_cells(suite))
+    for position, model in enumerate(claim.recipes or []):
+        where = (*loc, "recipes", position)
+        if model not in suite.models:
+            yield undefined(locator, where, "models", model, suite.models)
+        elif than is not None and not any(
+            (claim.method, model, task) in cells and (than, model, task) in cells
+            for task in suite.tasks
+        ):
+            yield locator.problem(
+                where, f"'{claim.method}' and '{than}' never both run on model '{model}' (matrix)"
+            )
 
 
 def lookup(registry: Registry[Any], name: str, loc: Loc, locator: Locator) -> Iterator[Problem]:

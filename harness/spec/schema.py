@@ -13,6 +13,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
@@ -41,6 +42,7 @@ class NormSpec(StrictModel):
     type: str = "layernorm"
     qk_norm: bool = False
     final_norm: bool | None = None  # None: the placement's own default
+    embed_norm: bool | None = None  # a norm of the embeddings; None: the placement's default
     eps: PositiveFloat = 1e-5
 
 
@@ -149,17 +151,53 @@ class MatrixEntry(StrictModel):
 
 
 class TargetSpec(StrictModel):
+    """A value of `metric` to reach: one for every task, or a map task -> value (AlgoPerf)."""
+
     metric: str
-    value: float
+    value: float | dict[str, float]
 
 
 class RankSpec(StrictModel):
+    """How the suite is ranked (harness/ranking): metric, tuning, intervals, overall order."""
+
     metric: str = "val_loss"
+    tune_metric: str | None = None  # None: `metric`; pick sweep points on a held-out metric
+    tuning: Literal["per_method", "per_seed"] = "per_method"
+    ci: Literal["t", "bootstrap", "bca"] = "t"
     aggregate: Literal["mean_win_rate", "performance_profile", "mean_rank", "normalized"] = (
         "mean_win_rate"
     )
     target: TargetSpec | None = None
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def profile_needs_target(self) -> RankSpec:
+        if self.aggregate == "performance_profile" and self.target is None:
+            raise ValueError("aggregate performance_profile needs a `target`")
+        return self
+
+
+class Claim(StrictModel):
+    """A published claim the suite tests (`expect`): `method` is `direction` than `than` on
+    `metric`; `recipes` are the suite's models it is checked under (verdicts in
+    `harness.ranking.findings`)."""
+
+    method: str
+    than: str | None = None  # None: the suite's baseline
+    metric: str | None = None  # None: rank.metric
+    direction: Literal["better", "worse", "tie"]
+    margin: PositiveFloat | None = None  # the equivalence margin of a tie, in the metric's units
+    source: str = Field(min_length=1)  # "arXiv id, table or figure"
+    note: str = ""
+    recipes: list[str] | None = Field(None, min_length=1)  # None: every model of the suite
+
+    @model_validator(mode="after")
+    def tie_needs_margin(self) -> Claim:
+        if self.direction == "tie" and self.margin is None:
+            raise ValueError("a `tie` needs a `margin` (the largest difference that counts as one)")
+        if self.direction != "tie" and self.margin is not None:
+            raise ValueError("`margin` is only for direction `tie`")
+        return self
 
 
 class RegressionSpec(StrictModel):
@@ -177,6 +215,13 @@ class TrackingSpec(StrictModel):
     mlflow: bool = True
 
 
+class ResourcesSpec(StrictModel):
+    """What each trial asks a Ray cluster for; unset: 1 CPU, and 1 GPU when its device is CUDA."""
+
+    cpus: PositiveFloat | None = None
+    gpus: NonNegativeFloat | None = None
+
+
 class Suite(StrictModel):
     """A suite file (SPEC section 2)."""
 
@@ -191,6 +236,8 @@ class Suite(StrictModel):
     matrix: list[MatrixEntry] | None = None
     baseline: str | None = None
     rank: RankSpec = RankSpec()
+    expect: list[Claim] = []
     regression: RegressionSpec = RegressionSpec()
     tracking: TrackingSpec = TrackingSpec()
+    resources: ResourcesSpec = ResourcesSpec()
     plugins: list[str] = []

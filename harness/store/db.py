@@ -196,15 +196,16 @@ class StoreLedger:
     def _claim(self, trial: PlannedTrial) -> bool:
         if self._insert_claim(trial):
             return True
-        with Session(self.engine) as session:
-            row = session.execute(
-                select(Trial.status, Trial.claimed_by, Trial.heartbeat_at).where(
-                    Trial.key == trial.key
-                )
-            ).one()
-        if not self.claimable(row.status, row.claimed_by, row.heartbeat_at):
-            return False
         with self.engine.begin() as connection:
+            # PostgreSQL: a row another runner is claiming right now is skipped, not waited for
+            # (SQLite has no row locks and ignores it; the conditional update below decides).
+            row = connection.execute(
+                select(Trial.status, Trial.claimed_by, Trial.heartbeat_at)
+                .where(Trial.key == trial.key)
+                .with_for_update(skip_locked=True)
+            ).one_or_none()
+            if row is None or not self.claimable(row.status, row.claimed_by, row.heartbeat_at):
+                return False
             taken = connection.execute(
                 update(Trial)
                 .where(
@@ -254,6 +255,15 @@ class StoreLedger:
         except IntegrityError:
             return False
         return True
+
+    def add_attempt(self, trial: PlannedTrial) -> None:
+        """Count one more attempt of a trial this runner holds (a backend's own retry)."""
+        with self.engine.begin() as connection:
+            connection.execute(
+                update(Trial)
+                .where(Trial.key == trial.key, Trial.claimed_by == self.me)
+                .values(attempts=Trial.attempts + 1)
+            )
 
     def heartbeat(self, trial: PlannedTrial) -> None:
         """Renew the claim's lease; a database that is down is skipped (the next one retries)."""
@@ -361,9 +371,15 @@ def result_rows(trial_id: int, result: TrialResult) -> Iterator[Any]:
 
 @contextmanager
 def suite_run(
-    engine: Engine, suite: str, cadence: str, n_planned: int, ranking: dict[str, Any] | None
+    engine: Engine,
+    suite: str,
+    cadence: str,
+    n_planned: int,
+    ranking: dict[str, Any] | None,
+    trial_keys: list[str] | None = None,
 ) -> Iterator[SuiteRun]:
-    """Record one invocation on a suite: start, end, host, commit, how to rank, trials ran."""
+    """Record one invocation on a suite: start, end, host, commit, how to rank, trials ran, and
+    the keys of its planned trials (what `harness.ranking.suite` ranks)."""
     with Session(engine, expire_on_commit=False) as session, session.begin():
         run = SuiteRun(
             suite=suite,
@@ -374,6 +390,7 @@ def suite_run(
             n_planned=n_planned,
             n_ran=0,
             ranking=ranking,
+            trial_keys=trial_keys,
         )
         session.add(run)
     try:

@@ -35,6 +35,7 @@ class SuiteRun(Base):
     status: Mapped[str | None] = mapped_column(String(20))  # nightly: running|done|interrupted
     host_class: Mapped[str | None] = mapped_column(String(200), index=True)
     environment: Mapped[dict[str, Any] | None]  # packages, python, CPU, GPU
+    trial_keys: Mapped[list[str] | None] = mapped_column(JSON)  # keys of its planned trials
 
 
 class Trial(Base):

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from harness.store.models import ExampleOutcome, MetricPoint, Result, Trial
+from harness.store.models import ExampleOutcome, MetricPoint, Result, SuiteRun, Trial
 
 CHUNK = 500
 
@@ -106,6 +106,29 @@ def metric_series(
     for trial_id, step, train_time_s, value in rows:
         series[trial_id].append((step, train_time_s, value))
     return series
+
+
+def recorded_plan(engine: Engine, suite: str) -> tuple[dict[str, Any], list[str] | None] | None:
+    """How the suite's latest run said to rank it (its baseline and `rank` section) and the keys
+    of the trials it planned (None for runs older than migration 0005); None without runs."""
+    with Session(engine) as session:
+        runs = session.scalars(
+            select(SuiteRun).where(SuiteRun.suite == suite).order_by(SuiteRun.id.desc())
+        )
+        latest = None
+        for run in runs:
+            latest = latest or run
+            if run.trial_keys is not None:
+                return run.ranking or {}, list(run.trial_keys)
+        return (latest.ranking or {}, None) if latest else None
+
+
+def suite_keys(engine: Engine, suite: str) -> list[str]:
+    """Every stored trial key of the suite, current or superseded, in the order stored."""
+    with Session(engine) as session:
+        return list(
+            session.scalars(select(Trial.key).where(Trial.suite == suite).order_by(Trial.id))
+        )
 
 
 def example_outcomes(

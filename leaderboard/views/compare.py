@@ -24,11 +24,17 @@ def render(context: Context) -> None:
         st.info("No finished trials match the filters: widen them in the sidebar.")
         return
     groups = sorted({(row.task, row.model) for row in ranked.ranking.rows})
-    group = st.selectbox("Task / model", groups, format_func=" / ".join)
+    linked = (st.query_params.get("task"), st.query_params.get("model"))  # from Findings
+    first = groups.index(linked) if linked in groups else 0
+    group = st.selectbox("Task / model", groups, index=first, format_func=" / ".join)
     rows = [row for row in ranked.ranking.rows if (row.task, row.model) == group]
     ranked_methods = [row.method for row in rows]
+    wanted = [m for m in st.query_params.get("methods", "").split(",") if m in ranked_methods]
     methods = st.multiselect(
-        "Methods", ranked_methods, default=ranked_methods[:DEFAULT_METHODS], key=f"cmp:{group}"
+        "Methods",
+        ranked_methods,
+        default=wanted or ranked_methods[:DEFAULT_METHODS],
+        key=f"cmp:{group}",
     )
     trials = [o for o in ranked.tuned if (o.task, o.model) == group]
     shown = {o.key: o.method for o in trials if o.method in methods}

@@ -2,34 +2,39 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from typing import Any
 
 import streamlit as st
 
-from harness.ranking import Ranking, TrialOutcome
+from harness.ranking import Ranking, overall_table
+from harness.ranking.table import ci_label, title
 from leaderboard.state import Context, board, current
 from leaderboard.tables import (
     FAILED_STATUSES,
     all_failed,
+    ranked_statuses,
     rows_frame,
-    status_counts,
     summary_frame,
 )
-from leaderboard.text import plain
 
 NUMBER = st.column_config.NumberColumn
-ROW_FORMATS = {
-    "mean": NUMBER(format="%.4g"),
-    "± 95% CI": NUMBER(format="%.2g", help="half-width of the bootstrap 95% CI of the mean"),
-    "Δ vs baseline": NUMBER(format="%+.3g"),
-    "p (Holm)": NUMBER(format="%.3g", help="paired t-test vs the baseline, Holm-corrected"),
-    "win rate": NUMBER(format="%.3f", help="HELM win rate: ties (p >= alpha) count half"),
-    "seeds failed": NUMBER(help="failed, diverged or timed-out seeds, ranked as the worst value"),
-}
 SUMMARY_FORMATS = {
     "mean win rate": NUMBER(format="%.3f"),
     "mean rank": NUMBER(format="%.2f"),
+    "mean / baseline": NUMBER(format="%.4g"),
 }
+
+
+def row_formats(ranking: Ranking) -> dict[str, Any]:
+    return {
+        "mean": NUMBER(format="%.4g", help="empty when a seed failed: it has no finite value"),
+        ci_label(ranking): NUMBER(format="%.2g", help="half-width of the 95% CI of the mean"),
+        "Δ vs baseline": NUMBER(format="%+.3g"),
+        "p (Holm)": NUMBER(format="%.3g", help="paired test vs the baseline, Holm-corrected"),
+        "win rate": NUMBER(format="%.3f", help="HELM win rate: ties (p >= alpha) count half"),
+        "seeds failed": NUMBER(help="failed, diverged or timed-out seeds: worse than any value"),
+        "seeds needed": NUMBER(help="seeds a paired t-test needs to detect this Δ (80% power)"),
+    }
 
 
 def render(context: Context) -> None:
@@ -39,35 +44,33 @@ def render(context: Context) -> None:
     if ranked is None:
         st.info("No finished trials match the filters: widen them in the sidebar.")
         return
-    st.caption(caption(ranked.ranking, selection.alpha))
-    if ranked.baseline_missing:
-        st.warning(f"The baseline '{plain(selection.baseline)}' has no trials in this selection.")
-    if all_failed(ranked.ranking):
-        st.warning(failure_message(ranked.ranking.metric, ranked.tuned))
-    st.subheader("Overall")
+    ranking = ranked.ranking
+    st.caption(caption(ranking))
+    for warning in ranking.warnings:
+        st.warning(warning)
+    if all_failed(ranking):
+        st.warning(failure_message(ranking))
+    st.subheader(overall_table(ranking).title)
     st.dataframe(
-        summary_frame(ranked.ranking, ranked.families),
-        hide_index=True,
-        column_config=SUMMARY_FORMATS,
+        summary_frame(ranking, ranked.families), hide_index=True, column_config=SUMMARY_FORMATS
     )
     st.subheader("By task and model")
-    table = rows_frame(ranked.ranking, ranked.families, status_counts(ranked.tuned))
-    st.dataframe(table, hide_index=True, column_config=ROW_FORMATS)
+    table = rows_frame(ranking, ranked.families)
+    st.dataframe(table, hide_index=True, column_config=row_formats(ranking))
 
 
-def caption(ranking: Ranking, alpha: float) -> str:
-    better = "lower" if ranking.direction == "min" else "higher"
-    baseline = ranking.baseline or "none"
+def caption(ranking: Ranking) -> str:
+    """The table's title (metric, direction, baseline, CI method, tuning, alpha) and the rules."""
     return (
-        f"{ranking.metric}: {better} is better. Baseline: {baseline}. Verdicts and win rates use "
-        f"paired t-tests by seed at alpha = {alpha}; failed and diverged seeds count as the worst "
-        "value of their group."
+        f"{title(ranking)}. Verdicts and win rates use paired tests by seed; a failed or "
+        "diverged seed loses to any finite value."
     )
 
 
-def failure_message(metric: str, tuned: list[TrialOutcome]) -> str:
-    statuses = Counter(outcome.status for outcome in tuned)
+def failure_message(ranking: Ranking) -> str:
+    statuses = ranked_statuses(ranking)
     failed = sum(statuses[status] for status in FAILED_STATUSES)
+    metric = ranking.metric
     return (
         f"No trial in this selection has a value of {metric}: {failed} failed or timed out, "
         f"{statuses['diverged']} diverged, {statuses['done']} finished without {metric}. "

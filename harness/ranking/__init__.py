@@ -1,0 +1,55 @@
+"""Ranking of trial outcomes, shared by the CLI, the leaderboard and the results docs.
+
+- `outcomes`: trial outcomes and the tuning of sweep points;
+- `stats`, `examples`: intervals, paired tests, Holm, power (per seed and per example);
+- `groups`, `ranker`: one (task, model) group's statistics, and `rank` over all of them;
+- `table`, `render`: a neutral table model and its renderers (terminal, md, csv, latex, json);
+- `suite`: `rank_suite`, the one path from a stored suite to its `Ranking`.
+
+No torch here; only `suite` reads the database.
+"""
+
+from harness.ranking.outcomes import (
+    EvalPoint,
+    Target,
+    TrialOutcome,
+    each_point,
+    metric_value,
+    point_label,
+    select_tuned,
+    target_hit,
+)
+from harness.ranking.ranker import profile_scores, rank
+from harness.ranking.records import MethodSummary, Ranking, RankRow
+from harness.ranking.render import FORMATS, Format, format_ranking, rich_table, to_text
+from harness.ranking.stats import holm, paired_test
+from harness.ranking.table import Cell, Section, Table, group_table, overall_table, tables
+
+__all__ = [
+    "FORMATS",
+    "Cell",
+    "EvalPoint",
+    "Format",
+    "MethodSummary",
+    "RankRow",
+    "Ranking",
+    "Section",
+    "Table",
+    "Target",
+    "TrialOutcome",
+    "each_point",
+    "format_ranking",
+    "group_table",
+    "holm",
+    "metric_value",
+    "overall_table",
+    "paired_test",
+    "point_label",
+    "profile_scores",
+    "rank",
+    "rich_table",
+    "select_tuned",
+    "tables",
+    "target_hit",
+    "to_text",
+]

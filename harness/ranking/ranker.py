@@ -1,0 +1,244 @@
+"""`rank`: outcomes -> a `Ranking` (rows per (task, model) group, the overall summary).
+
+- Groups. Statistics are per (task, model) group, per method, over seeds, after the sweep
+  points are tuned (`harness.ranking.outcomes.select_tuned`). A task whose finished trials do
+  not report the metric is left out (a perplexity task has no `acc`).
+- Per group (`harness.ranking.groups`): mean, sd, the 95% CI (`rank.ci`), the paired test vs
+  the baseline (Holm-adjusted over the group's methods), verdict, seeds needed for a tie, the
+  HELM win rate, the rank (methods with no finished seed last; then win rate, fewer failed
+  seeds, better mean, name), and the median steps and time to target with their CIs.
+- Overall (`rank.aggregate`): mean win rate over groups (HELM; Liang et al., 2022), mean rank,
+  `normalized` (mean over groups of the method's mean / the baseline's mean, HELM's normalized
+  score), or the AlgoPerf performance profile score (below). The summary is sorted by it.
+- Performance profile (Dahl et al., 2023). A workload is a (task, model) group; a method's time
+  on it is the median over its seeds of the least train time to the target, a seed that never
+  reaches it counting as infinite. r = time / the best method's time on the workload. The score
+  integrates rho(tau) = (1/n) #{workloads with r <= tau} over tau in [1, 4], normalized:
+  B = 1/(3n) sum_w max(0, 4 - r_w), in [0, 1] (1: the fastest on every workload).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from harness.ranking.examples import ExampleOutcomes
+from harness.ranking.groups import Group, build_group, group_rows, median_times
+from harness.ranking.outcomes import (
+    DONE,
+    Target,
+    TrialOutcome,
+    Tuning,
+    fastest_hits,
+    select_tuned,
+    sweep_sizes,
+)
+from harness.ranking.records import Aggregate, MethodSummary, Ranking, RankRow
+from harness.ranking.stats import BOOTSTRAP_MIN_N, CIMethod
+from harness.registry import METRICS
+
+R_MAX = 4.0
+"""AlgoPerf's largest performance ratio: a method slower than 4x the best scores 0 there."""
+
+
+def rank(
+    outcomes: Iterable[TrialOutcome],
+    metric: str,
+    baseline: str | None,
+    alpha: float = 0.05,
+    n_bootstrap: int = 2000,
+    target: Target | None = None,
+    *,
+    ci: CIMethod = "t",
+    tuning: Tuning = "per_method",
+    tune_metric: str | None = None,
+    aggregate: Aggregate = "mean_win_rate",
+    examples: ExampleOutcomes | None = None,
+) -> Ranking:
+    """Rank the methods on `metric` per (task, model) group and overall (see the module doc).
+
+    `examples` (trial key -> metric -> example id -> value) gives example-level intervals and
+    tests to groups with one seed per method. A baseline without outcomes is dropped with a
+    warning. Raises `UnknownNameError` for an unknown metric.
+    """
+    direction = METRICS.get(metric).direction
+    tune_metric = tune_metric or metric
+    outcomes = list(outcomes)
+    tuned = select_tuned(outcomes, tune_metric, METRICS.get(tune_metric).direction, tuning)
+    warnings = _warnings(outcomes, tuned, baseline, ci, tuning, tune_metric, metric)
+    if baseline is not None and all(o.method != baseline for o in tuned):
+        baseline = None
+    hits = None
+    if target is not None:
+        hits = fastest_hits(outcomes, target, METRICS.get(target.metric).direction)
+    groups = _groups(tuned, metric, hits, examples, tuning == "per_method")
+    rows = [
+        row
+        for group in groups
+        for row in group_rows(group, metric, direction, baseline, alpha, ci, n_bootstrap)
+    ]
+    methods = sorted({o.method for o in tuned})
+    profiles = _profiles(groups, methods) if target else {}
+    summary = _summarize(rows, baseline, profiles, aggregate, direction)
+    return Ranking(
+        metric,
+        direction,
+        baseline,
+        rows,
+        summary,
+        target,
+        ci=ci,
+        tuning=tuning,
+        tune_metric=tune_metric,
+        aggregate=aggregate,
+        alpha=alpha,
+        warnings=warnings,
+    )
+
+
+def _warnings(
+    outcomes: list[TrialOutcome],
+    tuned: list[TrialOutcome],
+    baseline: str | None,
+    ci: CIMethod,
+    tuning: Tuning,
+    tune_metric: str,
+    metric: str,
+) -> list[str]:
+    found: list[str] = []
+    if baseline is not None and all(o.method != baseline for o in tuned):
+        known = ", ".join(sorted({o.method for o in tuned}))
+        found.append(f"the baseline '{baseline}' has no results here (methods: {known})")
+    seeds: dict[tuple[str, str, str], set[int]] = {}
+    for outcome in tuned:
+        seeds.setdefault((outcome.method, outcome.model, outcome.task), set()).add(outcome.seed)
+    if ci != "t" and any(len(s) < BOOTSTRAP_MIN_N for s in seeds.values()):
+        found.append(
+            f"{ci} intervals from fewer than {BOOTSTRAP_MIN_N} seeds cover the mean far less "
+            "than 95% of the time; use rank.ci: t"
+        )
+    swept = any(size > 1 for size in sweep_sizes(outcomes).values())
+    if tuning == "per_seed" and swept:
+        found.append("per_seed tuning picks each seed's best sweep point: optimistic")
+    if tune_metric == metric and swept:
+        found.append(
+            f"sweep points are chosen on {metric}, the reported metric; set rank.tune_metric "
+            "to a held-out one"
+        )
+    found += _unequal_sweeps(outcomes)
+    return found
+
+
+def _unequal_sweeps(outcomes: list[TrialOutcome]) -> list[str]:
+    """A warning per (model, task) where the compared methods have different sweep sizes."""
+    by_cell: dict[tuple[str, str], dict[str, int]] = {}
+    for (method, model, task), size in sweep_sizes(outcomes).items():
+        by_cell.setdefault((task, model), {})[method] = size
+    return [
+        f"{task} / {model}: sweep sizes differ ("
+        + ", ".join(f"{method} {size}" for method, size in sorted(sizes.items()))
+        + " points); a larger sweep wins more often by chance"
+        for (task, model), sizes in sorted(by_cell.items())
+        if len(set(sizes.values())) > 1
+    ]
+
+
+def _groups(
+    tuned: list[TrialOutcome],
+    metric: str,
+    hits: Any,
+    examples: ExampleOutcomes | None,
+    per_method_points: bool,
+) -> list[Group]:
+    by_group: dict[tuple[str, str], list[TrialOutcome]] = {}
+    for outcome in tuned:
+        by_group.setdefault((outcome.task, outcome.model), []).append(outcome)
+    return [
+        build_group(task, model, members, metric, hits, examples, per_method_points)
+        for (task, model), members in sorted(by_group.items())
+        if _reports(members, metric)
+    ]
+
+
+def _reports(members: list[TrialOutcome], metric: str) -> bool:
+    done = [outcome for outcome in members if outcome.status == DONE]
+    return not done or any(metric in outcome.metrics for outcome in done)
+
+
+def _profiles(groups: list[Group], methods: list[str]) -> dict[str, dict[str, float]]:
+    steps = [median_times(g, g.steps) for g in groups if g.steps is not None]
+    times = [median_times(g, g.times) for g in groups if g.times is not None]
+    return {"steps": profile_scores(steps, methods), "time": profile_scores(times, methods)}
+
+
+def profile_scores(workloads: list[dict[str, float]], methods: Iterable[str]) -> dict[str, float]:
+    """AlgoPerf benchmark score of each method: 1/(3n) sum over the n workloads of
+    max(0, 4 - r), r = the method's time / the best time there (infinite when it has none)."""
+    totals = dict.fromkeys(methods, 0.0)
+    for times in workloads:
+        best = min(times.values(), default=math.inf)
+        if math.isfinite(best):
+            for method, time in times.items():
+                totals[method] += max(0.0, R_MAX - time / best)
+    n = max(len(workloads), 1)
+    return {method: total / ((R_MAX - 1) * n) for method, total in totals.items()}
+
+
+def _normalized(rows: list[RankRow], baseline: str | None) -> dict[str, float | None]:
+    """Mean over groups of mean / baseline mean; None where a group lacks either mean."""
+    base = {(r.task, r.model): r.mean for r in rows if r.method == baseline}
+    ratios: dict[str, list[float]] = {}
+    missing: set[str] = set()
+    for row in rows:
+        reference = base.get((row.task, row.model))
+        if row.mean is None or not reference:
+            missing.add(row.method)
+        else:
+            ratios.setdefault(row.method, []).append(row.mean / reference)
+    return {
+        method: None if method in missing else sum(found) / len(found)
+        for method, found in ratios.items()
+    } | dict.fromkeys(missing)
+
+
+def _summarize(
+    rows: list[RankRow],
+    baseline: str | None,
+    profiles: dict[str, dict[str, float]],
+    aggregate: Aggregate,
+    direction: str,
+) -> list[MethodSummary]:
+    by_method: dict[str, list[RankRow]] = {}
+    for row in rows:
+        by_method.setdefault(row.method, []).append(row)
+    normalized = _normalized(rows, baseline) if baseline else {}
+    summaries = []
+    for method, method_rows in by_method.items():
+        rates = [row.win_rate for row in method_rows if row.win_rate is not None]
+        summaries.append(
+            MethodSummary(
+                method=method,
+                mean_win_rate=sum(rates) / len(rates) if rates else None,
+                mean_rank=sum(row.rank for row in method_rows) / len(method_rows),
+                n_trials=sum(row.n for row in method_rows),
+                n_failed=sum(row.n_failed for row in method_rows),
+                normalized=normalized.get(method),
+                profile_steps=profiles.get("steps", {}).get(method),
+                profile_time=profiles.get("time", {}).get(method),
+            )
+        )
+    return sorted(summaries, key=lambda s: (*_aggregate_key(s, aggregate, direction), s.method))
+
+
+def _aggregate_key(summary: MethodSummary, aggregate: Aggregate, direction: str) -> tuple[Any, ...]:
+    """Best first: the chosen aggregate (missing values last), then mean rank."""
+    score = {
+        "mean_win_rate": summary.mean_win_rate,
+        "performance_profile": summary.profile_time,
+        "mean_rank": -summary.mean_rank,
+        "normalized": None
+        if summary.normalized is None
+        else (-summary.normalized if direction == "min" else summary.normalized),
+    }[aggregate]
+    return (score is None, -(score or 0.0), summary.mean_rank)

@@ -1,0 +1,199 @@
+"""Statistics of per-seed values: intervals, paired tests, Holm, power. Rows of NaN-padded
+matrices are methods, columns seeds; NaN marks a seed without a value (absent or failed).
+
+- Intervals (`rank.ci`). `t` (default): mean +- t(0.975, n-1) s / sqrt(n), the Student-t
+  interval, exact for normal data at any n >= 2. `bootstrap` (percentile) and `bca` (Efron,
+  1987, "Better Bootstrap Confidence Intervals") use `scipy.stats.bootstrap` with rng 0; with
+  fewer than 10 values their coverage is far below 95% (n = 3: the percentile interval is about
+  [min, max], ~74%), so `rank` warns.
+- Medians (steps and time to target): the distribution-free order-statistic interval of
+  `scipy.stats.quantile_test`; None where n is too small for 95% (n < 6).
+- Power. `seeds_needed`: the smallest n at which a two-sided paired t-test at level alpha
+  detects the observed mean difference with the observed sd of the differences with
+  probability 0.8 (noncentral t, Cohen, 1988, "Statistical Power Analysis", ch. 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+CIMethod = Literal["t", "bootstrap", "bca"]
+
+CONFIDENCE_LEVEL = 0.95
+BOOTSTRAP_MIN_N = 10
+"""Below this many values a bootstrap interval under-covers; `rank` warns."""
+BOOTSTRAP_BATCH_FLOATS = 2_000_000
+"""Largest number of floats one bootstrap batch resamples at once (keeps memory near 16 MB)."""
+POWER = 0.8
+MAX_SEEDS = 10_000
+"""`seeds_needed` gives up (None) beyond this."""
+
+
+def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm-Bonferroni step-down adjusted p-values, in input order (Holm, 1979)."""
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p, kind="stable")
+    steps = (p.size - np.arange(p.size)) * p[order]
+    adjusted = np.empty_like(p)
+    adjusted[order] = np.minimum(1.0, np.maximum.accumulate(steps))
+    return adjusted
+
+
+def paired_test(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two-sided paired t-tests of a vs b along the last axis; NaN marks a missing seed.
+
+    Returns (p, mean difference a - b over the pairs); p is NaN with fewer than 2 pairs, and 1.0
+    or 0.0 when the differences are constant (all zero or not).
+    """
+    from scipy import stats
+
+    a, b = np.broadcast_arrays(a, b)
+    paired = ~np.isnan(a) & ~np.isnan(b)
+    n_pairs = paired.sum(axis=-1)
+    diff = np.where(paired, a - b, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_diff = diff.sum(axis=-1) / n_pairs
+    highest = np.where(paired, diff, -np.inf).max(axis=-1)
+    lowest = np.where(paired, diff, np.inf).min(axis=-1)
+    p = np.full(n_pairs.shape, np.nan)
+    constant = (n_pairs >= 2) & (highest == lowest)
+    p[constant] = np.where(mean_diff[constant] == 0, 1.0, 0.0)
+    tested = (n_pairs >= 2) & ~constant
+    if tested.any():
+        policy = "propagate" if paired[tested].all() else "omit"
+        p[tested] = stats.ttest_rel(a[tested], b[tested], axis=-1, nan_policy=policy).pvalue
+    return p, mean_diff
+
+
+def row_means(values: np.ndarray) -> np.ndarray:
+    counts = (~np.isnan(values)).sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(np.nansum(values, axis=-1) / counts, dtype=float)
+
+
+def row_stds(values: np.ndarray) -> np.ndarray:
+    """Sample standard deviations (ddof=1); NaN below 2 values."""
+    counts = (~np.isnan(values)).sum(axis=-1)
+    squares = np.nansum((values - row_means(values)[..., None]) ** 2, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts >= 2, np.sqrt(squares / (counts - 1)), np.nan)
+
+
+def mean_ci(
+    values: np.ndarray, method: CIMethod = "t", n_resamples: int = 2000
+) -> tuple[np.ndarray, np.ndarray]:
+    """95% CIs of the mean of each row (see the module doc); NaN below 2 values, (mean, mean)
+    for identical values."""
+    if method == "t":
+        return t_ci(values)
+    return bootstrap_ci(values, n_resamples, "percentile" if method == "bootstrap" else "BCa")
+
+
+def t_ci(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Student-t 95% CIs of the mean of each row (vectorised over any leading axes)."""
+    from scipy import stats
+
+    n = (~np.isnan(values)).sum(axis=-1)
+    means = row_means(values)
+    sizes = np.unique(n[n >= 2])
+    quantile = np.full(n.shape, np.nan)
+    for size, q in zip(sizes, stats.t.ppf((1 + CONFIDENCE_LEVEL) / 2, sizes - 1), strict=True):
+        quantile[n == size] = q  # one ppf per sample size: the t quantile is slow to invert
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = quantile * row_stds(values) / np.sqrt(n)
+    return means - half, means + half
+
+
+def bootstrap_ci(
+    values: np.ndarray, n_resamples: int, method: str = "percentile"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bootstrap 95% CIs of the mean of each row (`scipy.stats.bootstrap`, rng 0). Rows of equal
+    length are resampled together with the same indices, so a row's CI does not depend on the
+    other rows."""
+    low, high = np.full(len(values), np.nan), np.full(len(values), np.nan)
+    samples = [row[~np.isnan(row)] for row in values]
+    by_size: dict[int, list[int]] = {}
+    for i, sample in enumerate(samples):
+        if sample.size >= 2 and sample.min() == sample.max():
+            low[i] = high[i] = sample[0]
+        elif sample.size >= 2:
+            by_size.setdefault(sample.size, []).append(i)
+    for rows in by_size.values():
+        data = np.stack([samples[i] for i in rows])
+        low[rows], high[rows] = _scipy_bootstrap(data, n_resamples, method)
+    return low, high
+
+
+def _scipy_bootstrap(
+    data: np.ndarray, n_resamples: int, method: str
+) -> tuple[np.ndarray, np.ndarray]:
+    from scipy import stats
+
+    batch = max(1, min(n_resamples, BOOTSTRAP_BATCH_FLOATS // data.size))
+    result = stats.bootstrap(
+        (data,),
+        np.mean,
+        axis=-1,
+        vectorized=True,
+        method=method,
+        confidence_level=CONFIDENCE_LEVEL,
+        n_resamples=n_resamples,
+        batch=batch,
+        rng=np.random.default_rng(0),
+    )
+    return result.confidence_interval.low, result.confidence_interval.high
+
+
+def median_ci(values: np.ndarray) -> tuple[float, float, float]:
+    """(median, low, high) of a 1-d sample that may hold inf (never reached); NaN where
+    undefined (an empty sample, or too few values for a 95% order-statistic interval)."""
+    from scipy import stats
+
+    if values.size == 0:
+        return np.nan, np.nan, np.nan
+    median = float(np.median(values))
+    if values.size < 2 or np.isinf(median):
+        return median, np.nan, np.nan
+    interval = stats.quantile_test(values, q=median, p=0.5).confidence_interval(CONFIDENCE_LEVEL)
+    return median, float(interval.low), float(interval.high)
+
+
+def paired_power(effect: np.ndarray, n: np.ndarray, alpha: float) -> np.ndarray:
+    """Power of a two-sided paired t-test at `alpha` with n pairs for a standardized effect
+    (mean / sd of the differences): the noncentral t (Cohen, 1988, ch. 2). Where scipy's
+    noncentral t gives NaN (large n and noncentrality) its normal limit is used."""
+    from scipy import stats
+
+    critical = stats.t.ppf(1 - alpha / 2, n - 1)
+    noncentrality = effect * np.sqrt(n)
+    exact = stats.nct.sf(critical, n - 1, noncentrality) + stats.nct.cdf(
+        -critical, n - 1, noncentrality
+    )
+    normal = stats.norm.sf(critical - noncentrality) + stats.norm.cdf(-critical - noncentrality)
+    return np.asarray(np.where(np.isnan(exact), normal, exact), dtype=float)
+
+
+def seeds_needed(
+    mean_diff: np.ndarray | float, sd_diff: np.ndarray | float, alpha: float, power: float = POWER
+) -> np.ndarray:
+    """Seeds a two-sided paired t-test at `alpha` needs to detect each `mean_diff` with `power`,
+    given the sd of the paired differences (vectorised). NaN where there is no effect to detect
+    or more than `MAX_SEEDS` would be needed."""
+    mean_diff, sd_diff = np.broadcast_arrays(np.atleast_1d(mean_diff), np.atleast_1d(sd_diff))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        effect = np.abs(mean_diff) / sd_diff
+    needed = np.full(effect.shape, np.nan)
+    todo = np.flatnonzero(np.isfinite(effect) & (effect > 0) & (sd_diff > 0))
+    # power grows with n: the smallest n that has enough, by bisection over every row at once
+    low, high = np.full(todo.size, 2), np.full(todo.size, MAX_SEEDS)
+    reachable = paired_power(effect[todo], high, alpha) >= power
+    todo, low, high = todo[reachable], low[reachable], high[reachable]
+    while (low < high).any():
+        middle = (low + high) // 2
+        enough = paired_power(effect[todo], middle, alpha) >= power
+        low, high = np.where(enough, low, middle + 1), np.where(enough, middle, high)
+    needed[todo] = high
+    return needed

@@ -1,0 +1,163 @@
+"""The one path from a suite to its `Ranking`, used by `layerbench rank`, `layerbench run` and
+the leaderboard: the suite's current trials (not those of an older config or package version:
+their keys differ), ranked the way its `rank` section says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from harness.ranking.examples import ExampleOutcomes
+from harness.ranking.findings import findings
+from harness.ranking.outcomes import Target, TrialOutcome, each_point
+from harness.ranking.ranker import rank
+from harness.ranking.records import Ranking
+from harness.spec.schema import Claim, RankSpec, Suite
+from harness.store.nightly import latest_results
+from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+SUPERSEDED_UNKNOWN = (
+    "no suite run recorded this suite's plan (a database older than this version): every "
+    "stored trial is ranked, including any of an older config"
+)
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """What to rank: the suite's trial keys, its baseline and its `rank` section."""
+
+    suite: str
+    keys: list[str]
+    baseline: str | None
+    spec: RankSpec
+    warnings: tuple[str, ...] = ()
+    claims: tuple[Claim, ...] = ()
+    models: tuple[str, ...] = ()
+    """The suite's models in suite order: the recipes of claims that list none."""
+
+
+def plan_of(suite: Suite) -> RankPlan:
+    """The plan of a suite file as it is now."""
+    from harness.runner.plan import plan_suite
+
+    keys = [trial.key for trial in plan_suite(suite)]
+    return RankPlan(
+        suite.suite, keys, suite.baseline, suite.rank, (), tuple(suite.expect), tuple(suite.models)
+    )
+
+
+def declared_ranking(suite: Suite) -> dict[str, Any]:
+    """What a suite run records of how to rank the suite (read back by `recorded`): the
+    baseline, the `rank` section, the models in suite order and the `expect` claims."""
+    return {
+        "baseline": suite.baseline,
+        **suite.rank.model_dump(mode="json"),
+        "models": list(suite.models),
+        "expect": [claim.model_dump(mode="json") for claim in suite.expect],
+    }
+
+
+def recorded(engine: Engine, suite: str) -> RankPlan:
+    """The plan the suite's latest run recorded (every stored trial if no run recorded one)."""
+    found = recorded_plan(engine, suite)
+    ranking, keys = found if found else ({}, None)
+    # fields of the `rank` section this version knows (a run of another version may differ)
+    spec = RankSpec.model_validate({k: v for k, v in ranking.items() if k in RankSpec.model_fields})
+    claims = tuple(
+        Claim.model_validate({k: v for k, v in claim.items() if k in Claim.model_fields})
+        for claim in ranking.get("expect", [])
+    )
+    models = tuple(ranking.get("models", ()))
+    warnings: tuple[str, ...] = ()
+    if keys is None:
+        keys, warnings = suite_keys(engine, suite), (SUPERSEDED_UNKNOWN,)
+    return RankPlan(suite, keys, ranking.get("baseline"), spec, warnings, claims, models)
+
+
+def plan_outcomes(engine: Engine, plan: RankPlan, nightly: bool) -> list[TrialOutcome]:
+    """The stored finished trials of the plan (with the target metric's series if any); with
+    `nightly`, the last finished nightly run's instead when it is newer (`latest_results`)."""
+    target = plan.spec.target
+    series = target.metric if target else None
+    if nightly:
+        records = latest_results(engine, plan.suite, plan.keys, series)
+    else:
+        records = stored_outcomes(engine, plan.keys, series)
+    return [TrialOutcome(**record) for record in records]
+
+
+def stored_examples(engine: Engine, keys: list[str]) -> ExampleOutcomes | None:
+    """Per-example outcomes of the trials (evaluation-only tasks store them); None if none."""
+    from sqlalchemy.orm import Session
+
+    with Session(engine) as session:
+        return example_outcomes(session, keys) or None
+
+
+UNSET: Any = object()
+
+
+def rank_suite(
+    engine: Engine,
+    suite: Suite | str,
+    *,
+    metric: str | None = None,
+    baseline: str | None = UNSET,
+    alpha: float | None = None,
+    all_points: bool = False,
+    keep: Callable[[TrialOutcome], bool] | None = None,
+    current_only: bool = True,
+    nightly: bool = True,
+    examples: ExampleOutcomes | None = UNSET,
+) -> Ranking | None:
+    """Rank a suite's current trials (a suite file, or a suite name: the plan its latest run
+    recorded). `metric`, `baseline`, `alpha` override the suite's; `keep` filters the outcomes
+    (the leaderboard's sidebar); `current_only=False` ranks every stored trial (History);
+    `all_points` ranks each sweep point as a method. With `nightly` (and `current_only`), the last
+    finished nightly run is ranked when it is newer. `examples` (default: read from the store)
+    gives example-level statistics to single-seed groups. None when nothing is stored."""
+    plan = plan_of(suite) if isinstance(suite, Suite) else recorded(engine, suite)
+    if not current_only:
+        plan = replace(plan, keys=suite_keys(engine, plan.suite), warnings=())
+    latest = nightly and current_only
+    outcomes = [o for o in plan_outcomes(engine, plan, latest) if keep is None or keep(o)]
+    if not outcomes:
+        return None
+    spec = plan.spec
+    chosen = plan.baseline if baseline is UNSET else baseline
+    if all_points:
+        outcomes = each_point(outcomes)
+        chosen = chosen if any(o.method == chosen for o in outcomes) else None
+    if examples is UNSET:
+        examples = stored_examples(engine, [o.key for o in outcomes])
+    target = spec.target
+    ranking = rank(
+        outcomes,
+        metric or spec.metric,
+        chosen,
+        alpha=spec.alpha if alpha is None else alpha,
+        target=Target(target.metric, target.value) if target else None,
+        ci=spec.ci,
+        tuning=spec.tuning,
+        tune_metric=spec.tune_metric,
+        aggregate=spec.aggregate,
+        examples=examples,
+    )
+    found = []
+    if plan.claims and not all_points:
+        found = findings(
+            outcomes,
+            plan.claims,
+            baseline=plan.baseline,
+            metric=spec.metric,
+            tune_metric=spec.tune_metric,
+            tuning=spec.tuning,
+            alpha=ranking.alpha,
+            models=plan.models,
+        )
+    return replace(ranking, warnings=[*plan.warnings, *ranking.warnings], findings=found)

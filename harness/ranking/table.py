@@ -1,0 +1,279 @@
+"""A neutral table model (after HELM's `Table`: header, rows of cells, each with a value and a
+display string) built from a `Ranking`; every renderer, the leaderboard and the results docs
+consume it, so a number is formatted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness.ranking.records import Ranking, RankRow
+from harness.ranking.stats import CONFIDENCE_LEVEL
+
+EMPTY = "\u2013"  # an en dash
+NEVER = "never"
+CI_NAMES = {"t": "t-interval", "bootstrap": "percentile bootstrap", "bca": "BCa bootstrap"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A value (number, string or None) and how it is shown; `style` marks a verdict."""
+
+    value: Any
+    text: str
+    style: str | None = None
+
+
+@dataclass(frozen=True)
+class Section:
+    """Rows under one heading (a (task, model) group)."""
+
+    title: str
+    rows: list[list[Cell]]
+    keys: dict[str, str] = field(default_factory=dict)
+    """What the heading stands for, e.g. {"task": ..., "model": ...}."""
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    header: list[str]
+    sections: list[Section]
+    notes: list[str] = field(default_factory=list)
+
+    def column(self, name: str) -> list[Cell]:
+        """Every cell of a column, section after section."""
+        index = self.header.index(name)
+        return [row[index] for section in self.sections for row in section.rows]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def number(x: float | None, spec: str = ".4g") -> Cell:
+    return Cell(x, EMPTY if x is None else format(x, spec))
+
+
+def text(x: str | None) -> Cell:
+    return Cell(x, EMPTY if x is None else x)
+
+
+def ci_label(ranking: Ranking) -> str:
+    return f"± {CONFIDENCE_LEVEL:.0%} CI ({ranking.ci})"
+
+
+def title(ranking: Ranking) -> str:
+    better = "lower" if ranking.direction == "min" else "higher"
+    target = ranking.target
+    tuned = ranking.tune_metric or ranking.metric
+    parts = [
+        f"{better} is better",
+        f"baseline: {ranking.baseline or 'none'}",
+        f"95% CI: {CI_NAMES[ranking.ci]}",
+        f"tuning: {ranking.tuning}{' (optimistic)' if ranking.tuning == 'per_seed' else ''}"
+        + (f" on {tuned}" if tuned != ranking.metric else ""),
+        f"alpha {ranking.alpha:g}",
+    ]
+    if target:
+        parts.append(f"target: {target.describe()}")
+    return f"{ranking.metric} ({'; '.join(parts)})"
+
+
+def group_header(ranking: Ranking) -> list[str]:
+    header = [
+        "rank",
+        "method",
+        "mean",
+        ci_label(ranking),
+        "Δ vs baseline",
+        "p (Holm)",
+        "verdict",
+        "win rate",
+        "seeds failed",
+        "seeds needed",
+    ]
+    if ranking.target:
+        header += ["steps to target (median)", "time to target (s, median)", "reached"]
+    return header
+
+
+def _mean(row: RankRow) -> Cell:
+    if row.failure is not None:
+        return Cell(None, row.failure)
+    return number(row.mean)
+
+
+def _half_width(row: RankRow) -> Cell:
+    if row.ci_low is None or row.ci_high is None:
+        return number(None)
+    return number((row.ci_high - row.ci_low) / 2, ".2g")
+
+
+def _median(median: float | None, low: float | None, high: float | None) -> Cell:
+    if median is None:
+        return Cell(None, NEVER)
+    interval = f" [{low:.4g}, {high:.4g}]" if low is not None and high is not None else ""
+    return Cell(median, f"{median:.4g}{interval}")
+
+
+def _method(row: RankRow) -> Cell:
+    point = ",".join(f"{k}={v}" for k, v in (row.sweep or {}).items())
+    return Cell(row.method, f"{row.method} [{point}]" if point else row.method)
+
+
+def row_cells(row: RankRow, ranking: Ranking) -> list[Cell]:
+    """A row's cells, in the order of `group_header(ranking)`."""
+    verdict = row.verdict
+    if verdict and row.decided_by == "failures":
+        verdict_text = f"{verdict} (failures)"
+    else:
+        verdict_text = verdict or EMPTY
+    cells = [
+        Cell(row.rank, str(row.rank)),
+        _method(row),
+        _mean(row),
+        _half_width(row),
+        number(row.delta, "+.3g"),
+        number(row.p_value, ".3g"),
+        Cell(verdict, verdict_text, verdict),
+        number(row.win_rate, ".3f"),
+        Cell(row.n_failed, f"{row.n_failed}/{row.n}"),
+        Cell(row.seeds_needed, EMPTY if row.seeds_needed is None else str(row.seeds_needed)),
+    ]
+    if ranking.target:
+        cells += [
+            _median(row.steps_to_target, row.steps_ci_low, row.steps_ci_high),
+            _median(row.time_to_target, row.time_ci_low, row.time_ci_high),
+            Cell(row.n_reached, f"{row.n_reached}/{row.n}" if row.n_reached is not None else EMPTY),
+        ]
+    return cells
+
+
+def group_table(ranking: Ranking) -> Table:
+    """One section per (task, model) group, rows in rank order."""
+    sections: dict[tuple[str, str], list[RankRow]] = {}
+    for row in ranking.rows:
+        sections.setdefault((row.task, row.model), []).append(row)
+    return Table(
+        title(ranking),
+        group_header(ranking),
+        [
+            Section(
+                f"{task} / {model}" + (" (over examples)" if rows[0].unit == "examples" else ""),
+                [row_cells(row, ranking) for row in rows],
+                {"task": task, "model": model},
+            )
+            for (task, model), rows in sections.items()
+        ],
+        list(ranking.warnings),
+    )
+
+
+AGGREGATE_NAMES = {
+    "mean_win_rate": "mean win rate",
+    "mean_rank": "mean rank",
+    "normalized": "mean / baseline",
+    "performance_profile": "profile score (time)",
+}
+
+
+def overall_table(ranking: Ranking) -> Table:
+    """The methods' standing over every group, sorted by `rank.aggregate`."""
+    header = ["position", "method", "mean win rate", "mean rank", "mean / baseline"]
+    header += ["trials", "failed"]
+    if ranking.target:
+        header += ["profile score (steps)", "profile score (time)"]
+    rows = []
+    for position, summary in enumerate(ranking.summary, start=1):
+        cells = [
+            Cell(position, str(position)),
+            text(summary.method),
+            number(summary.mean_win_rate, ".3f"),
+            number(summary.mean_rank, ".2f"),
+            number(summary.normalized, ".4g"),
+            Cell(summary.n_trials, str(summary.n_trials)),
+            Cell(summary.n_failed, str(summary.n_failed)),
+        ]
+        if ranking.target:
+            cells += [number(summary.profile_steps, ".3f"), number(summary.profile_time, ".3f")]
+        rows.append(cells)
+    by = AGGREGATE_NAMES[ranking.aggregate]
+    return Table(f"Overall (by {by})", header, [Section("", rows)])
+
+
+FINDINGS_HEADER = [
+    "#",
+    "claim",
+    "source",
+    "recipe",
+    "seeds",
+    "Δ (method - than)",
+    "95% CI of Δ",
+    "p (Holm)",
+    "seeds needed",
+    "verdict",
+    "claim verdict",
+]
+
+
+def findings_table(ranking: Ranking) -> Table | None:
+    """One row per claim and recipe (`harness.ranking.findings`); None without claims."""
+    if not ranking.findings:
+        return None
+    rows = []
+    for finding in ranking.findings:
+        overall = finding.verdict
+        if finding.flipped_by:
+            overall_text = f"fragile (flips on {', '.join(finding.flipped_by)})"
+        else:
+            overall_text = overall
+        several = len({check.task for check in finding.checks}) > 1
+        checks = finding.checks or [None]
+        for position, check in enumerate(checks):
+            lead = position == 0
+            cells = [
+                Cell(finding.index, str(finding.index)) if lead else text(None),
+                text(finding.claim if lead else None),
+                text(finding.source if lead else None),
+            ]
+            if check is None:
+                cells += [text(None)] * 7
+            else:
+                recipe = f"{check.model} on {check.task}" if several else check.model
+                interval = (
+                    f"[{check.ci_low:+.3g}, {check.ci_high:+.3g}]"
+                    if check.ci_low is not None and check.ci_high is not None
+                    else EMPTY
+                )
+                verdict = check.verdict + (" (failures)" if check.decided_by == "failures" else "")
+                cells += [
+                    text(recipe),
+                    Cell(check.n, str(check.n)),
+                    number(check.delta, "+.3g"),
+                    Cell((check.ci_low, check.ci_high), interval),
+                    number(check.p_value, ".3g"),
+                    Cell(
+                        check.seeds_needed,
+                        EMPTY if check.seeds_needed is None else str(check.seeds_needed),
+                    ),
+                    Cell(check.verdict, verdict, check.verdict),
+                ]
+            cells.append(Cell(overall, overall_text, overall) if lead else text(None))
+            rows.append(cells)
+    return Table(
+        f"Findings (expected claims; alpha {ranking.alpha:g}, Holm over the directional claims)",
+        FINDINGS_HEADER,
+        [Section("", rows)],
+    )
+
+
+def tables(ranking: Ranking) -> list[Table]:
+    return [group_table(ranking), overall_table(ranking)]
+
+
+def values(table: Table, columns: Sequence[str]) -> list[list[Any]]:
+    """The values of `columns`, one list per row, section after section."""
+    indices = [table.header.index(c) for c in columns]
+    return [[row[i].value for i in indices] for s in table.sections for row in s.rows]

@@ -1,0 +1,211 @@
+"""The Ray backend: each trial a Ray task on a cluster; this driver alone writes the results.
+
+Trials are claimed through the same ledger as the local backend and stored by the same code
+(`claim_next`, `record`), so SQL and MLflow see no difference. Each task runs in a fresh worker
+(`max_calls=1`). Ray retries a task whose worker or node died (`max_retries`), each start counted
+as an attempt in SQL; an exception in the task is not retried (`retry_exceptions=False`) and
+ends the trial `failed` with Ray's error, as does a crash after the last retry.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from harness.runner.local import (
+    HEARTBEAT_EVERY_S,
+    KILL_GRACE_S,
+    Ledger,
+    Progress,
+    SilentProgress,
+    claim_next,
+    record,
+)
+from harness.runner.plan import PlannedTrial
+from harness.runner.results import TrialResult
+from harness.spec.schema import ResourcesSpec
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.util.queue import Queue
+
+MAX_RETRIES = 1
+POLL_S = 1.0
+TIMEOUT_ERROR = "killed: no result within the time limit plus grace"
+
+
+class RayUnavailableError(RuntimeError):
+    """Ray is not installed or its cluster cannot be reached."""
+
+
+class RetryLedger(Ledger, Protocol):
+    def add_attempt(self, trial: PlannedTrial) -> None: ...
+
+
+@dataclass
+class Submitted:
+    trial: PlannedTrial
+    started: int = 0
+    deadline: float | None = None  # set when a worker starts it (queued time does not count)
+    last_heartbeat: float = field(default_factory=time.monotonic)
+
+
+def import_ray() -> Any:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailableError(
+            "--backend ray needs Ray: pip install 'layerbench[ray]'"
+        ) from None
+    return ray
+
+
+def connect(ray: Any, address: str | None) -> None:
+    """Join the cluster at `address` (else $RAY_ADDRESS, else a Ray already started on this
+    machine), or start a local Ray with this machine's cores."""
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as error:
+        where = address or os.environ.get("RAY_ADDRESS") or "on this machine"
+        raise RayUnavailableError(f"cannot reach the Ray cluster {where}: {error}") from None
+
+
+def trial_resources(
+    device: str, resources: ResourcesSpec, cluster_gpus: float
+) -> tuple[float, float]:
+    """(CPUs, GPUs) for one trial: the suite's `resources:` if set, else from its device."""
+    wants_gpu = device.startswith("cuda") or (device == "auto" and cluster_gpus > 0)
+    cpus = resources.cpus if resources.cpus is not None else 1.0
+    gpus = resources.gpus if resources.gpus is not None else float(wants_gpu)
+    return cpus, gpus
+
+
+def ray_trial(key: str, config: dict[str, Any], threads: int, starts: Queue) -> TrialResult:
+    """A Ray task: announce this attempt, then run the trial in this (fresh) worker."""
+    import socket
+
+    starts.put((key, os.getpid(), socket.gethostname()))
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    import torch
+
+    from harness.runner.trial import quiet_libraries, run_trial
+
+    if config["device"].startswith("cuda:"):  # Ray shows the task only the GPU it was given
+        config = {**config, "device": "cuda"}
+    torch.set_num_threads(threads)
+    quiet_libraries()
+    return run_trial(config)
+
+
+def run_ray(
+    trials: Iterable[PlannedTrial],
+    ledger: RetryLedger,
+    address: str | None = None,
+    resources: ResourcesSpec | None = None,
+    max_retries: int = MAX_RETRIES,
+    progress: Progress | None = None,
+) -> dict[str, TrialResult]:
+    """Run every trial the ledger lets this driver claim on Ray; returns results by trial key."""
+    ray = import_ray()
+    joined = not ray.is_initialized()
+    if joined:
+        connect(ray, address)
+    try:
+        return drive(ray, trials, ledger, resources, max_retries, progress)
+    finally:
+        if joined:
+            ray.shutdown()
+
+
+def drive(
+    ray: Any,
+    trials: Iterable[PlannedTrial],
+    ledger: RetryLedger,
+    resources: ResourcesSpec | None,
+    max_retries: int,
+    progress: Progress | None,
+) -> dict[str, TrialResult]:
+    """Claim, submit, collect: at most as many trials in flight as the cluster has CPUs."""
+    from ray.util.queue import Queue
+
+    progress = progress or SilentProgress()
+    resources = resources or ResourcesSpec()
+    cluster = ray.cluster_resources()
+    slots = max(1, int(cluster.get("CPU", 1)))  # claim no more than the cluster can start
+    task = ray.remote(max_calls=1, retry_exceptions=False)(ray_trial)
+    starts = Queue(actor_options={"num_cpus": 0})
+    pending = deque(trials)
+    active: dict[ObjectRef, Submitted] = {}
+    results: dict[str, TrialResult] = {}
+    try:
+        while pending or active:
+            while len(active) < slots and (trial := claim_next(pending, ledger, progress)):
+                cpus, gpus = trial_resources(
+                    trial.config["device"], resources, cluster.get("GPU", 0)
+                )
+                options = {"num_cpus": cpus, "num_gpus": gpus, "max_retries": max_retries}
+                ref = task.options(**options).remote(
+                    trial.key, trial.config, max(1, int(cpus)), starts
+                )
+                active[ref] = Submitted(trial)
+                progress.started(trial)
+            done, _ = ray.wait(list(active), num_returns=1, timeout=POLL_S)
+            note_starts(starts, active, ledger)  # first: a retried trial may also be done
+            for ref in done:
+                record(active[ref].trial, outcome(ray, ref), ledger, progress, results)
+                del active[ref]
+            keep_alive(ray, active, ledger, progress, results)
+    finally:
+        ray.kill(starts.actor)
+    return results
+
+
+def outcome(ray: Any, ref: ObjectRef) -> TrialResult:
+    """The task's result, or `failed` with Ray's error (a crash after the last retry, a code
+    exception, a cancelled task)."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as error:
+        return TrialResult("failed", error=f"ray: {type(error).__name__}: {error}")
+
+
+def note_starts(starts: Queue, active: dict[ObjectRef, Submitted], ledger: RetryLedger) -> None:
+    """Each start of a task after its first is Ray retrying a crash: one more attempt in SQL."""
+    size = starts.qsize()
+    if not size:
+        return
+    by_key = {submitted.trial.key: submitted for submitted in active.values()}
+    for key, _pid, _host in starts.get_nowait_batch(size):
+        submitted = by_key.get(key)
+        if submitted is None:
+            continue
+        submitted.started += 1
+        limit = float(submitted.trial.config["time_limit_s"]) + KILL_GRACE_S
+        submitted.deadline = time.monotonic() + limit
+        if submitted.started > 1:
+            ledger.add_attempt(submitted.trial)
+
+
+def keep_alive(
+    ray: Any,
+    active: dict[ObjectRef, Submitted],
+    ledger: Ledger,
+    progress: Progress,
+    results: dict[str, TrialResult],
+) -> None:
+    """Heartbeat the claims in flight; end a trial that outlived its time limit plus grace."""
+    now = time.monotonic()
+    for ref, submitted in list(active.items()):
+        if submitted.deadline is not None and now > submitted.deadline:
+            ray.cancel(ref, force=True)
+            result = TrialResult("timeout", error=TIMEOUT_ERROR)
+            record(submitted.trial, result, ledger, progress, results)
+            del active[ref]
+        elif now - submitted.last_heartbeat > HEARTBEAT_EVERY_S:
+            ledger.heartbeat(submitted.trial)
+            submitted.last_heartbeat = now

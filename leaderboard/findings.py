@@ -1,0 +1,96 @@
+"""The Findings page's table: one row per `expect` claim of every suite that states claims, with
+its verdict from `harness.ranking.findings` (the verdicts `layerbench rank` prints)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from urllib.parse import urlencode
+
+import pandas as pd
+
+from harness.ranking.findings import Finding, RecipeCheck
+
+COMPARE_PAGE = "compare"
+COLUMNS = [
+    "family",
+    "paper",
+    "claim",
+    "expected",
+    "observed Δ ± 95% CI",
+    "verdict",
+    "seeds needed",
+    "compare",
+]
+FAMILY_PREFIX = "findings-"
+
+
+def family(suite: str) -> str:
+    """A claim family's name: the suite's, without the `findings-` prefix."""
+    return suite.removeprefix(FAMILY_PREFIX)
+
+
+def expected(finding: Finding) -> str:
+    if finding.direction == "tie":
+        return f"tie within ±{finding.margin:g} {finding.metric}"
+    return f"{finding.method} {finding.direction} than {finding.than} on {finding.metric}"
+
+
+def observed(check: RecipeCheck, several: bool) -> str:
+    """`recipe: Δ [low, high] verdict`, the recipe named when the claim has several."""
+    lead = f"{check.model}: " if several else ""
+    if check.delta is None:
+        return f"{lead}no paired seeds"
+    interval = (
+        f" [{check.ci_low:+.3g}, {check.ci_high:+.3g}]"
+        if check.ci_low is not None and check.ci_high is not None
+        else ""
+    )
+    failures = f", {check.failed[0]} vs {check.failed[1]} failed seeds" if any(check.failed) else ""
+    suffix = f" ({check.verdict}{failures})" if several else failures
+    return f"{lead}{check.delta:+.3g}{interval}{suffix}"
+
+
+def verdict(finding: Finding) -> str:
+    if finding.flipped_by:
+        return f"fragile: flips on {', '.join(finding.flipped_by)}"
+    return finding.verdict
+
+
+def compare_link(suite: str, finding: Finding) -> str | None:
+    """The Compare view of the claim's first recipe, with its two methods selected."""
+    if not finding.checks:
+        return None
+    check = finding.checks[0]
+    query = {
+        "suite": suite,
+        "task": check.task,
+        "model": check.model,
+        "methods": f"{finding.method},{finding.than}",
+    }
+    return f"{COMPARE_PAGE}?{urlencode(query)}"
+
+
+def findings_frame(by_suite: Iterable[tuple[str, list[Finding]]]) -> pd.DataFrame:
+    """One row per claim (see `COLUMNS`), suites in the order given."""
+    records = []
+    for suite, findings in by_suite:
+        for finding in findings:
+            several = len(finding.checks) > 1
+            needed = [
+                f"{c.model}: {c.seeds_needed}" if several else str(c.seeds_needed)
+                for c in finding.checks
+                if c.seeds_needed is not None
+            ]
+            records.append(
+                [
+                    family(suite),
+                    finding.source,
+                    finding.claim,
+                    expected(finding),
+                    "; ".join(observed(c, several) for c in finding.checks) or "no results",
+                    verdict(finding),
+                    ", ".join(needed),
+                    compare_link(suite, finding),
+                ]
+            )
+    return pd.DataFrame.from_records(records, columns=COLUMNS)

@@ -1,0 +1,170 @@
+"""One table model for every output, the overall aggregates, and example-level statistics."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from collections.abc import Sequence
+from types import ModuleType
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from benchmarks.fake_results import fake_result, planned, store
+from harness.ranking import Ranking, TrialOutcome, format_ranking, group_table, rank, tables
+from harness.ranking.examples import mcnemar_test, weight_name, wilson_ci
+from harness.store.db import make_engine, upgrade
+from harness.tasks.base import weight_name as task_weight_name
+from leaderboard.tables import MARKS, rows_frame, summary_frame
+from tests.conftest import ROOT
+
+
+def outcomes(method: str, values: Sequence[float | None], task: str = "lm") -> list[TrialOutcome]:
+    return [
+        TrialOutcome(method, "gpt", task, seed, "diverged", {})
+        if value is None
+        else TrialOutcome(
+            method, "gpt", task, seed, "done", {"val_loss": value}, key=f"{method}{seed}"
+        )
+        for seed, value in enumerate(values)
+    ]
+
+
+@pytest.fixture
+def ranking() -> Ranking:
+    runs = outcomes("base", [1.0, 1.2, 1.1]) + outcomes("new", [0.8, 0.9, None])
+    runs += outcomes("base", [2.0, 2.1], task="copy") + outcomes("new", [2.05, 2.1], task="copy")
+    return rank(runs, "val_loss", "base")
+
+
+def test_md_json_and_leaderboard_render_the_same_table(ranking: Ranking) -> None:
+    groups, overall = tables(ranking)
+    md = format_ranking(ranking, "md")
+    for section in groups.sections:
+        for row in section.rows:
+            assert "| " + " | ".join(cell.text for cell in row) + " |" in md
+    data = json.loads(format_ranking(ranking, "json"))
+    assert data["tables"] == [groups.to_dict(), overall.to_dict()]
+    frame = rows_frame(ranking, {})
+    shown = frame[groups.header].astype(object).where(frame[groups.header].notna(), None)
+    expected = [[cell.value for cell in row] for s in groups.sections for row in s.rows]
+    verdict = groups.header.index("verdict")
+    for row in expected:
+        row[verdict] = MARKS.get(row[verdict] or "", "")
+    assert shown.values.tolist() == expected
+    summary = summary_frame(ranking, {}).drop(columns="family")
+    summary = summary.astype(object).where(summary.notna(), None)
+    assert summary.values.tolist() == [[c.value for c in row] for row in overall.sections[0].rows]
+    assert "None" not in md and "nan" not in md
+
+
+def load_docs_tables() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("doc_tables", ROOT / "docs/results/tables.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docs_sweep_tables_bold_the_best_by_the_metrics_direction() -> None:
+    url = os.environ["LAYERBENCH_DB"]
+    upgrade(make_engine(url))
+    trials = planned("docs", {"m": {}}, ["gpt"], ["t"], [0])
+    rng = np.random.default_rng(0)
+    results = []
+    for lr, acc in ((0.1, 0.2), (0.2, 0.9)):
+        for trial in trials:
+            point = type(trial)(
+                **{**trial.__dict__, "key": f"{trial.key}{lr}", "sweep": {"lr": lr}}
+            )
+            results.append((point, fake_result("done", 1.0, rng, {"id_acc": acc})))
+    store(make_engine(url), results)
+    docs = load_docs_tables()
+    text = docs.table_md(docs.sweep_table(url, "docs", "id_acc", "lr"))
+    assert "0.2: **0.9**" in text and "0.1: 0.2" in text
+
+
+def test_overall_order_follows_rank_aggregate() -> None:
+    runs = outcomes("base", [2.0, 2.0]) + outcomes("a", [1.0, 1.0]) + outcomes("b", [1.5, 1.5])
+    runs += outcomes("base", [1.0, 1.0], "t2") + outcomes("a", [3.0, 3.0], "t2")
+    runs += outcomes("b", [0.9, 0.9], "t2")
+    normalized = rank(runs, "val_loss", "base", aggregate="normalized")
+    ratios = {s.method: s.normalized for s in normalized.summary}
+    assert ratios == pytest.approx({"base": 1.0, "a": (0.5 + 3.0) / 2, "b": (0.75 + 0.9) / 2})
+    assert [s.method for s in normalized.summary] == ["b", "base", "a"]
+    by_rank = rank(runs, "val_loss", "base", aggregate="mean_rank")
+    assert by_rank.summary[0].method == "b"
+    assert "Overall (by mean / baseline)" in format_ranking(normalized, "md")
+
+
+def test_wilson_interval_and_exact_mcnemar_on_constructed_outcomes() -> None:
+    correct = np.array([[1.0] * 7 + [0.0] * 3])
+    low, high = wilson_ci(correct)
+    z = stats.norm.ppf(0.975)
+    centre = (0.7 + z**2 / 20) / (1 + z**2 / 10)
+    half = z / (1 + z**2 / 10) * np.sqrt(0.7 * 0.3 / 10 + z**2 / 400)
+    assert (low[0], high[0]) == pytest.approx((centre - half, centre + half))
+    # 10 examples both get right, 8 only a gets right, 1 only b: p = binomtest(8, 9)
+    a = np.array([1.0] * 10 + [1.0] * 8 + [0.0] * 1 + [0.0] * 5)
+    b = np.array([1.0] * 10 + [0.0] * 8 + [1.0] * 1 + [0.0] * 5)
+    p, diff = mcnemar_test(a, b)
+    assert p[0] == pytest.approx(stats.binomtest(8, 9, 0.5).pvalue)
+    assert diff[0] == pytest.approx(7 / 24)
+    assert mcnemar_test(a, a)[0][0] == 1.0
+
+
+def test_single_seed_groups_with_example_outcomes_get_example_level_statistics() -> None:
+    n = 60
+    base = np.array([1.0] * 30 + [0.0] * 30)
+    good = base.copy()
+    good[30:50] = 1.0  # right on 20 examples the baseline misses, wrong on none it gets
+    same = base.copy()
+    same[[0, 30]] = same[[30, 0]]
+    trials = {
+        m: TrialOutcome(m, "smollm", "snarks", 0, "done", {"acc": float(v.mean())}, key=m)
+        for m, v in {"base": base, "good": good, "same": same}.items()
+    }
+    examples = {
+        m: {"acc": {f"ex{i}": float(x) for i, x in enumerate(v)}}
+        for m, v in {"base": base, "good": good, "same": same}.items()
+    }
+    ranking = rank(trials.values(), "acc", "base", examples=examples)
+    rows = {row.method: row for row in ranking.rows}
+    assert all(row.unit == "examples" for row in rows.values())
+    assert (rows["good"].verdict, rows["same"].verdict) == ("better", "tie")
+    raw = [stats.binomtest(20, 20).pvalue, stats.binomtest(1, 2).pvalue]
+    adjusted = np.minimum(1, np.maximum.accumulate(np.array(sorted(raw)) * [2, 1]))
+    assert rows["good"].p_value == pytest.approx(adjusted[0])
+    low, high = wilson_ci(good[None, :])
+    assert (rows["good"].ci_low, rows["good"].ci_high) == pytest.approx((low[0], high[0]))
+    assert rows["good"].n == 1 and rows["good"].mean == pytest.approx(50 / n)
+    assert "snarks / smollm (over examples)" in format_ranking(ranking, "md")
+    # bits per byte per window: bootstrap intervals and paired t over windows
+    rng = np.random.default_rng(0)
+    windows = rng.normal(1.0, 0.1, 40)
+    shifted = windows + 0.05 + rng.normal(0, 0.01, 40)
+    bpb = {
+        m: TrialOutcome(m, "smollm", "wiki", 0, "done", {"bits_per_byte": float(v.mean())}, key=m)
+        for m, v in {"base": windows, "worse": shifted}.items()
+    }
+    per_window = {
+        "base": {"bits_per_byte": {f"w{i}": x for i, x in enumerate(windows)}},
+        "worse": {"bits_per_byte": {f"w{i}": x for i, x in enumerate(shifted)}},
+    }
+    bits = rank(bpb.values(), "bits_per_byte", "base", examples=per_window)
+    worse = next(row for row in bits.rows if row.method == "worse")
+    assert (worse.unit, worse.verdict) == ("examples", "worse")
+    assert worse.p_value == pytest.approx(stats.ttest_rel(shifted, windows).pvalue)
+    assert worse.ci_low is not None and worse.ci_low < worse.mean < worse.ci_high
+    assert group_table(bits).sections[0].title.endswith("(over examples)")
+    # with the bytes of each window, bits per byte is the byte-weighted mean, as the trial's
+    assert weight_name("bits_per_byte") == task_weight_name("bits_per_byte")
+    nbytes = rng.integers(100, 1000, 40).astype(float)
+    for name in per_window:
+        per_window[name]["bits_per_byte:weight"] = {f"w{i}": b for i, b in enumerate(nbytes)}
+    weighted = rank(bpb.values(), "bits_per_byte", "base", examples=per_window)
+    base = next(row for row in weighted.rows if row.method == "base")
+    assert base.mean == pytest.approx(np.average(windows, weights=nbytes))
+    assert base.ci_low < base.mean < base.ci_high  # type: ignore[operator]

@@ -1,0 +1,195 @@
+"""The Ray backend on a local Ray instance: same numbers as the local backend, a killed worker
+is retried then `failed` and a rerun completes it, and a Ray and a local driver on one
+PostgreSQL database never run a trial twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from harness.runner.plan import plan_suite
+from harness.spec import load_suite
+from harness.store.models import MetricPoint, Result
+from tests.conftest import ROOT
+from tests.test_runner import count, layerbench, trials_by_key
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+SUITE = """\
+suite: {name}
+seeds: {seeds}
+defaults:
+  time_limit_s: 120
+  train: {{steps: {steps}, batch_size: 4, warmup_steps: 1, eval_every: 5, eval_batches: 1}}
+  optimizer: {{name: adamw, lr: 3.0e-3}}
+models:
+  gpt-1l: {{type: gpt, n_layers: 1, d_model: 16, n_heads: 2, max_seq_len: 32}}
+tasks:
+  bytes: {{type: lm, corpus: shakespeare, tokenizer: byte, seq_len: 16}}
+methods:
+{methods}
+plugins: [tests.plugins.pidfile]
+"""
+
+
+def suite_file(
+    directory: Path, methods: str, seeds: str = "[0, 1]", steps: int = 10, name: str = "tiny"
+) -> Path:
+    body = "\n".join(f"  {line}" for line in methods.strip().splitlines())
+    path = directory / "suite.yaml"
+    path.write_text(SUITE.format(name=name, seeds=seeds, steps=steps, methods=body))
+    return path
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """One local Ray for the module (2 CPUs, no dashboard, no usage stats, no token auth);
+    its workers see this tree and the directory where the pidfile plugin writes."""
+    pids = tmp_path_factory.mktemp("pids")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        patch.setenv("RAY_AUTH_MODE", "disabled")
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setenv("LAYERBENCH_TEST_PIDS", str(pids))
+        patch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        context = ray.init(  # "local": a new instance, even if another runs on this machine
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            _node_ip_address="127.0.0.1",  # Ray resolves a loopback address to the machine's
+        )
+        try:
+            yield context.address_info["gcs_address"], pids
+        finally:
+            ray.shutdown()
+
+
+def final_metrics(url: str) -> dict[tuple[str, int], dict[str, float]]:
+    stored = trials_by_key(url)
+    with Session(create_engine(url)) as session:
+        rows = session.execute(select(Result.trial_id, Result.name, Result.value)).all()
+    by_id = {trial.id: (trial.method, trial.seed) for trial in stored.values()}
+    metrics: dict[tuple[str, int], dict[str, float]] = {}
+    for trial_id, name, value in rows:
+        if name != "tokens_per_s":  # a speed, not a result
+            metrics.setdefault(by_id[trial_id], {})[name] = value
+    return metrics
+
+
+def test_ray_and_local_store_identical_metrics(
+    ray_cluster: tuple[str, Path], tmp_path: Path
+) -> None:
+    address, _ = ray_cluster
+    suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
+    on_ray, local = f"sqlite:///{tmp_path / 'ray.db'}", f"sqlite:///{tmp_path / 'local.db'}"
+    ran = layerbench(
+        "run", str(suite), "--db", on_ray, "--backend", "ray", "--ray-address=" + address
+    )
+    assert ran.returncode == 0, ran.stderr
+    # one thread per trial on both backends (a Ray task asks for 1 CPU by default)
+    workers = str(os.cpu_count() or 1)
+    ran = layerbench("run", str(suite), "--db", local, "--no-mlflow", "--workers", workers)
+    assert ran.returncode == 0, ran.stderr
+    assert len(final_metrics(on_ray)) == 2
+    assert final_metrics(on_ray) == final_metrics(local)
+    stored = trials_by_key(on_ray).values()
+    assert all(t.status == "done" and t.attempts == 1 for t in stored)
+    assert all(t.mlflow_run_id for t in stored)  # the driver logged each to MLflow
+    assert all(t.environment["threads"] == 1 for t in stored)
+
+
+def wait_for_new_pid(pids: Path, seen: set[str], timeout_s: float = 120) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        new = {p.name for p in pids.iterdir()} - seen
+        if new:
+            seen |= new
+            return int(new.pop())
+        time.sleep(0.05)
+    raise AssertionError("no trial worker started in time")
+
+
+def test_killed_worker_is_retried_then_failed_and_a_rerun_completes_it(
+    ray_cluster: tuple[str, Path], tmp_path: Path
+) -> None:
+    address, pids = ray_cluster
+    suite = suite_file(
+        tmp_path,
+        "pre-ln: {}\nwatched: {optimizer: {name: adamw-pidfile}}",
+        seeds="[0]",
+        name="kill",
+    )
+    db = f"sqlite:///{tmp_path / 'kill.db'}"
+    run = ["run", str(suite), "--db", db, "--no-mlflow", "--backend", "ray"]
+    command = [sys.executable, "-m", "harness", *run, "--ray-address", address]
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = {p.name for p in pids.iterdir()}
+    for _ in range(2):  # the first attempt and Ray's one retry (--ray-max-retries 1)
+        os.kill(wait_for_new_pid(pids, seen), signal.SIGKILL)
+    assert driver.wait(timeout=300) == 1, driver.stderr.read()
+    stored = {t.method: t for t in trials_by_key(db).values()}
+    assert stored["pre-ln"].status == "done" and stored["pre-ln"].attempts == 1
+    watched = stored["watched"]
+    assert watched.status == "failed" and watched.attempts == 2
+    assert "ray: " in watched.error and "died" in watched.error.lower(), watched.error
+
+    rerun = layerbench(*run, "--ray-address", address, "--retry-failed")
+    assert rerun.returncode == 0, rerun.stderr
+    after = trials_by_key(db)
+    assert set(after) == {t.key for t in plan_suite(load_suite(suite))}
+    assert all(t.status == "done" for t in after.values())
+    again = {t.method: t for t in after.values()}
+    assert again["watched"].attempts == 3 and again["pre-ln"].attempts == 1
+    assert again["pre-ln"].ended_at == stored["pre-ln"].ended_at  # not run again
+    for trial in after.values():  # two evaluations, four series each, nothing twice
+        assert count(db, MetricPoint, trial.id) == 2 * 4
+
+
+def test_a_ray_and_a_local_driver_on_postgresql_never_run_a_trial_twice(
+    ray_cluster: tuple[str, Path], postgres_url: str, tmp_path: Path
+) -> None:
+    address, _ = ray_cluster
+    suite = suite_file(tmp_path, "pre-ln: {}\nrms: {norm: {type: rmsnorm}}")
+    layerbench("db", "upgrade", "--db", postgres_url, check=True)
+    run = [sys.executable, "-m", "harness", "run", str(suite), "--db", postgres_url, "--no-mlflow"]
+    commands = [[*run, "--backend", "ray", "--ray-address", address], run]
+    drivers = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in commands]
+    outputs = [driver.communicate(timeout=300)[0] for driver in drivers]
+    assert [driver.returncode for driver in drivers] == [0, 0]
+    stored = trials_by_key(postgres_url)
+    assert len(stored) == 4
+    assert all(t.status == "done" and t.attempts == 1 for t in stored.values())
+    assert sum(output.count("    done ") for output in outputs) == 4, outputs
+
+
+def test_trial_resources_follow_the_device_unless_the_suite_sets_them() -> None:
+    from harness.runner.ray_backend import trial_resources
+    from harness.spec.schema import ResourcesSpec
+
+    unset = ResourcesSpec()
+    assert trial_resources("cpu", unset, cluster_gpus=4) == (1.0, 0.0)
+    assert trial_resources("cuda:1", unset, cluster_gpus=4) == (1.0, 1.0)
+    assert trial_resources("auto", unset, cluster_gpus=0) == (1.0, 0.0)
+    assert trial_resources("auto", unset, cluster_gpus=2) == (1.0, 1.0)
+    assert trial_resources("cuda", ResourcesSpec(cpus=8, gpus=0.5), 4) == (8.0, 0.5)
+
+
+def test_an_unknown_backend_is_invalid_input(tiny_suite: Path) -> None:
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    ran = CliRunner().invoke(app, ["run", str(tiny_suite), "--backend", "spark"])
+    assert ran.exit_code == 2
+    assert "--backend must be local or ray" in ran.output
