@@ -75,5 +75,5 @@ def test_rows_and_ranking_survive_the_upgrade_from_0001(
     assert rows(upgraded, at_0001) == kept
     assert [len(kept[name]) for name in kept] == [len(filled[name]) for name in kept]
     assert sum(map(len, kept.values())) > 100
-    before = format_ranking(build_ranking(suite, trials, source), "json")
-    assert format_ranking(build_ranking(suite, trials, upgraded), "json") == before
+    before = format_ranking(build_ranking(suite, source), "json")
+    assert format_ranking(build_ranking(suite, upgraded), "json") == before
