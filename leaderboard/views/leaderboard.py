@@ -16,6 +16,7 @@ from leaderboard.tables import (
     rows_frame,
     summary_frame,
 )
+from leaderboard.text import plain
 
 NUMBER = st.column_config.NumberColumn
 SUMMARY_FORMATS = {
@@ -47,7 +48,7 @@ def render(context: Context) -> None:
     ranking = ranked.ranking
     st.caption(caption(ranking))
     for warning in ranking.warnings:
-        st.warning(warning)
+        st.warning(plain(warning))  # it names methods: literal text, not Markdown
     if all_failed(ranking):
         st.warning(failure_message(ranking))
     st.subheader(overall_table(ranking).title)
