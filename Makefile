@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch is pinned in the same pip command as everything that depends on it (SPEC section 12).
 TORCH  := torch==2.13.0
 
-.PHONY: install demo test lint postgres chromium clean
+.PHONY: install demo test test-fast lint typecheck postgres chromium clean
 
 install: $(STAMP)
 
@@ -24,9 +24,18 @@ demo: install
 test: install postgres chromium
 	$(PY) -m pytest
 
+# The quick loop: everything but real trials, subprocesses and the app (under a minute).
+test-fast: install
+	$(PY) -m pytest -m "not slow"
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	PYTHONPATH=. $(VENV)/bin/lint-imports
+
+# mypy --strict on harness/ (pyproject.toml lists the modules not yet clean and what they skip).
+typecheck: install
+	$(VENV)/bin/mypy
 
 # The PostgreSQL tests use the local server (127.0.0.1:5432, database test); start it if it is down.
 postgres:

@@ -16,8 +16,7 @@ import numpy as np
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from harness.runner.plan import PlannedTrial
-from harness.runner.results import LayerStat, SeriesPoint, Status, TrialResult
+from harness.records import LayerStat, PlannedTrial, SeriesPoint, Status, TrialResult
 from harness.store.db import finished, result_rows, suite_run
 from harness.store.models import Trial
 

@@ -17,13 +17,9 @@ from typing import Any
 import torch
 
 from harness.models.pretrained import PretrainedSpec, load_pretrained
+from harness.tasks.catalog import LOCAL_TASKS
 from harness.tasks.corpora import ModelTokenizer
-from harness.tasks.lmeval import (
-    LOCAL_TASKS,
-    LMEvalTask,
-    LMEvalTaskSpec,
-    lm_eval_metrics,
-)
+from harness.tasks.lmeval import LMEvalTask, LMEvalTaskSpec, lm_eval_metrics
 
 
 def direct(model: torch.nn.Module, tokenizer: Any, task: str, limit: int) -> dict[str, float]:

@@ -13,17 +13,30 @@ from sqlalchemy import Engine
 
 from harness.cache import offline_unless_hub_reachable
 from harness.console import RichProgress, console, errors
-from harness.registry import FAMILIES, MODELS, TASKS, RegistryError
-from harness.runner.plan import PlannedTrial, plan_suite
+from harness.records import ACTIVE_STATUSES, FAILED_STATUSES, PlannedTrial
+from harness.registry import (
+    FAMILIES,
+    MODELS,
+    TASKS,
+    EvalTaskEntry,
+    PretrainedModelEntry,
+    RegistryError,
+)
+from harness.runner.plan import SelectionError, plan_suite, select_trials
 from harness.spec import Suite, SuiteError, load_suite
 from harness.store.db import DatabaseError, StoreLedger, open_database, suite_run
-from harness.store.queries import stored_outcomes, trial_statuses, unlogged_count
+from harness.store.queries import (
+    status_counts,
+    stored_outcomes,
+    trial_statuses,
+    unlogged_count,
+)
 
 if TYPE_CHECKING:
     import threading
 
     from harness.ranking import Ranking
-    from harness.runner.results import TrialResult
+    from harness.records import TrialResult
 
 app = typer.Typer(
     help="LayerBench: benchmark layerwise deep-learning methods.",
@@ -40,7 +53,6 @@ SuiteArg = Annotated[Path, typer.Argument(help="A suite YAML file.")]
 DbOption = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL (default: $LAYERBENCH_DB or sqlite)")
 ]
-FAILED = ("failed", "timeout")
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -116,17 +128,14 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
 
 
 def only_filter(trials: list[PlannedTrial], only: str | None) -> list[PlannedTrial]:
-    """`--only method=a,b` keeps the trials of those methods (also model=, task=, seed=)."""
+    """`--only method=a,b` keeps the trials of exactly those methods (also model=, task=, seed=);
+    a malformed filter or an unknown name exits 2."""
     if not only:
         return trials
-    field, _, values = only.partition("=")
-    if field not in ("method", "model", "task", "seed") or not values:
-        raise fail(f"--only expects FIELD=NAME[,NAME] with FIELD method|model|task|seed: {only}")
-    wanted = set(values.split(","))
-    kept = [t for t in trials if str(getattr(t, field)) in wanted]
-    if not kept:
-        raise fail(f"--only {only} matches no trial of this suite")
-    return kept
+    try:
+        return select_trials(trials, only)
+    except SelectionError as error:
+        raise fail(str(error)) from None
 
 
 @app.command()
@@ -200,7 +209,7 @@ def run(
             pass
     print_ranking(build_ranking(suite, engine))
     final = trial_statuses(engine, [t.key for t in trials])
-    if any(status in FAILED for status in final.values()):
+    if any(status in FAILED_STATUSES for status in final.values()):
         raise typer.Exit(1)
 
 
@@ -223,14 +232,14 @@ def run_on_ray(
 def uses_hub_models(suite: Suite) -> bool:
     """Does the suite load pretrained models or lm-eval tasks (which may reach the hub)?"""
     return any(
-        MODELS.entry(m["type"]).meta.get("pretrained") for m in suite.models.values()
-    ) or any(TASKS.entry(t["type"]).meta.get("eval_only") for t in suite.tasks.values())
+        isinstance(MODELS.entry(m["type"]), PretrainedModelEntry) for m in suite.models.values()
+    ) or any(isinstance(TASKS.entry(t["type"]), EvalTaskEntry) for t in suite.tasks.values())
 
 
 def runnable(status: str | None, retry_failed: bool) -> bool:
-    if status is None or status in ("pending", "running"):
+    if status is None or status in ACTIVE_STATUSES:
         return True
-    return retry_failed and status in FAILED
+    return retry_failed and status in FAILED_STATUSES
 
 
 def plan_changed(engine: Engine, suite: str, keys: list[str]) -> bool:
@@ -296,7 +305,7 @@ def rank_command(
     if format == "table":
         print_ranking(ranking, width)
     else:
-        typer.echo(format_ranking(ranking, format))  # type: ignore[arg-type]
+        typer.echo(format_ranking(ranking, format))
 
 
 @app.command()
@@ -323,18 +332,10 @@ def report(
 @app.command()
 def status(db: DbOption = None) -> None:
     """Trials stored per suite and status."""
-    from sqlalchemy import func, select
-    from sqlalchemy.orm import Session
-
-    from harness.store.models import Trial
-
-    with Session(open_db(db)) as session:
-        rows = session.execute(
-            select(Trial.suite, Trial.status, func.count()).group_by(Trial.suite, Trial.status)
-        ).all()
+    rows = status_counts(open_db(db))
     if not rows:
         console.print("no trials stored")
-    for suite, trial_status, count in sorted(rows):
+    for suite, trial_status, count in rows:
         console.print(f"{suite:<30} {trial_status:<9} {count}")
 
 

@@ -12,8 +12,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from harness.runner.plan import PlannedTrial
-from harness.runner.results import TrialResult
+from harness.records import PlannedTrial, TrialResult
 
 console = Console()
 errors = Console(stderr=True)

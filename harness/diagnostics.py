@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.runner.results import LayerStat
+from harness.records import LayerStat
 from harness.tasks.base import Task
 
 BATCH_SEED = 0
@@ -39,7 +39,7 @@ def global_norm(tensors: Sequence[Tensor]) -> float:
     """||concat(tensors)||_2."""
     if not tensors:
         return 0.0
-    return torch.linalg.vector_norm(torch.stack([t.float().norm() for t in tensors])).item()
+    return float(torch.linalg.vector_norm(torch.stack([t.float().norm() for t in tensors])))
 
 
 class StepProbe:
@@ -119,7 +119,7 @@ def hidden_state_stats(model: nn.Module, input_ids: Tensor, step: int) -> list[L
 
 def peak_activation(outputs: Sequence[Tensor], step: int) -> list[LayerStat]:
     """The largest |activation| of the block outputs, and where: layer, position, channel."""
-    magnitudes = torch.stack(outputs).abs()
+    magnitudes = torch.stack(list(outputs)).abs()
     peak = magnitudes.flatten().argmax()
     layer, _, position, channel = (int(i) for i in torch.unravel_index(peak, magnitudes.shape))
     return [

@@ -1,8 +1,11 @@
-"""Typed registries, one per method family.
+"""Typed registries, one per method family, with lazy entries.
 
-Modelled on lm-evaluation-harness's registry: entries are registered by decorator in their
-family's module, the module is imported lazily on first lookup, a name collision is an error,
-and an unknown name raises with a "did you mean" suggestion.
+Modelled on lm-evaluation-harness's registry: a name collision is an error and an unknown name
+raises with a "did you mean" suggestion. A built-in entry is *declared* in its package's
+`catalog` module with its parameter model, its typed capabilities and a "module:attr" path to
+its implementation; the implementation is imported on first use of `Entry.obj`. So validating
+and planning a suite read names and schemas without importing torch or transformers. A plugin
+registers an object directly with the `register` decorator.
 """
 
 from __future__ import annotations
@@ -11,9 +14,22 @@ import difflib
 import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from harness.methods.placement import Placement
+    from harness.methods.pruning import Criterion  # noqa: F401 (named in strings)
+    from harness.methods.quantization import Importance, Scheme  # noqa: F401
+    from harness.models.pretrained import LoadedModel
+    from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec
+    from harness.tasks.base import EvalTask, Task
+    from harness.tasks.corpora import Corpus, Tokenizer
+    from harness.tasks.synthetic import SyntheticKind
 
 T = TypeVar("T")
 
@@ -38,85 +54,227 @@ def suggest(name: str, known: list[str]) -> str | None:
     return matches[0] if matches else None
 
 
-@dataclass(frozen=True)
+def resolve(path: str) -> Any:
+    """The object at "package.module:attr" (imports the module)."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Entry(Generic[T]):
-    """One registered method, model, task or metric."""
+    """One registered method, model, task or metric.
 
-    name: str
-    obj: T
-    family: str
-    doc: str
-    params: type[BaseModel] | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-class Registry(Generic[T]):
-    """Names of one family mapped to their implementations.
-
-    `modules` are imported on first lookup; importing them runs their `@register` decorators.
+    `target` is the object itself or a "module:attr" path imported on first use of `obj`.
     """
 
-    def __init__(self, family: str, modules: tuple[str, ...] = ()) -> None:
+    name: str
+    family: str
+    target: T | str
+    params: type[BaseModel] | None = None
+    summary: str = ""
+    _resolved: list[T] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def obj(self) -> T:
+        if not isinstance(self.target, str):
+            return self.target
+        if not self._resolved:
+            self._resolved.append(resolve(self.target))
+        return self._resolved[0]
+
+    @property
+    def module(self) -> str | None:
+        """The module that holds a lazy entry's implementation."""
+        return self.target.partition(":")[0] if isinstance(self.target, str) else None
+
+    @property
+    def doc(self) -> str:
+        """The first line of the declared summary, else of the implementation's docstring."""
+        lines = (self.summary or getattr(self.obj, "__doc__", None) or "").strip().splitlines()
+        return lines[0] if lines else ""
+
+
+E = TypeVar("E", bound=Entry[Any])
+
+
+class Registry(Generic[E]):
+    """Names of one family mapped to their entries, of type `entry_type`.
+
+    The `catalog` module, imported on first lookup, declares the built-in entries.
+    """
+
+    def __init__(self, family: str, entry_type: type[E], catalog: str | None = None) -> None:
         self.family = family
-        self._modules = modules
-        self._entries: dict[str, Entry[T]] = {}
-        self._loaded = not modules
+        self.entry_type = entry_type
+        self._catalog = catalog
+        self._entries: dict[str, E] = {}
+        self._loaded = catalog is None
 
     def register(
-        self, name: str, *, params: type[BaseModel] | None = None, **meta: Any
+        self,
+        name: str,
+        *,
+        params: type[BaseModel] | None = None,
+        kind: type[E] | None = None,
+        **capabilities: Any,
     ) -> Callable[[T], T]:
-        """Decorator: register `obj` under `name`; `params` is the schema of its suite fields."""
+        """Decorator: register `obj` under `name` now (a plugin's way); `params` is the schema
+        of its suite fields and `capabilities` the typed fields of the family's entry type."""
 
         def decorator(obj: T) -> T:
-            self.add(name, obj, params=params, **meta)
+            self.add(name, obj, params=params, kind=kind, **capabilities)
             return obj
 
         return decorator
 
-    def add(
-        self,
-        name: str,
-        obj: T,
-        *,
-        params: type[BaseModel] | None = None,
-        doc: str | None = None,
-        **meta: Any,
-    ) -> None:
+    def add(self, name: str, target: Any, *, kind: type[E] | None = None, **fields: Any) -> None:
+        """Add an entry: `target` is the object or its "module:attr" path (imported on first
+        use); `kind` is the entry type when the family has several (default `entry_type`)."""
         if name in self._entries:
             raise RegistryError(f"{self.family} '{name}' is already registered")
-        lines = (doc or getattr(obj, "__doc__", None) or "").strip().splitlines()
-        self._entries[name] = Entry(name, obj, self.family, lines[0] if lines else "", params, meta)
+        entry_type = kind or self.entry_type
+        self._entries[name] = entry_type(name=name, family=self.family, target=target, **fields)
 
-    @property
-    def modules(self) -> tuple[str, ...]:
-        return self._modules
+    declare = add
 
     def _load(self) -> None:
         if not self._loaded:
             self._loaded = True
-            for module in self._modules:
-                importlib.import_module(module)
+            importlib.import_module(self._catalog or "")
 
-    def entry(self, name: str) -> Entry[T]:
+    def entry(self, name: str) -> E:
         self._load()
         if name not in self._entries:
             raise UnknownNameError(self.family, name, self.names())
         return self._entries[name]
 
-    def get(self, name: str) -> T:
+    def get(self, name: str) -> Any:
+        """The implementation of `name` (`entry(name).obj`, typed by the entry)."""
         return self.entry(name).obj
 
     def names(self) -> list[str]:
         self._load()
         return sorted(self._entries)
 
-    def entries(self) -> Iterator[Entry[T]]:
+    def entries(self) -> Iterator[E]:
         self._load()
         yield from (self._entries[name] for name in sorted(self._entries))
 
     def __contains__(self, name: object) -> bool:
         self._load()
         return isinstance(name, str) and name in self._entries
+
+
+# Each family's entry type: what its implementation is (the protocol) and its capabilities.
+
+NormFactory = Callable[..., "nn.Module"]
+"""(dim, role, eps, **params) -> the norm module."""
+OptimizerFactory = Callable[["nn.Module", "OptimizerSpec"], "torch.optim.Optimizer"]
+Schedule = Callable[[int, int, int, float], float]
+"""(step, total steps, warmup steps, min ratio) -> the learning-rate multiplier."""
+LayerwiseWrapper = Callable[["torch.optim.Optimizer", "nn.Module", "LayerwiseSpec"], Any]
+ModelBuilder = Callable[[Any, "NormSpec", int], "nn.Module"]
+"""(the model section, the norm settings, the vocabulary size) -> an untrained model."""
+PretrainedLoader = Callable[[Any], "LoadedModel"]
+"""The model section -> a pretrained model and its tokenizer."""
+Fingerprint = Callable[[Any], str]
+"""The task section -> a hash of the data it reads (cheap: no tokenizing, no torch)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlacementEntry(Entry[type["Placement"]]):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class NormTypeEntry(Entry[NormFactory]):
+    scale_embeddings: bool = False
+    """The norm needs a learnable sqrt(d) scale on the embeddings (DyT, Derf)."""
+    model_width: bool = False
+    """The factory takes the model's width as `model_width` (DyT, Derf: alpha_0 depends on it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerEntry(Entry[OptimizerFactory]):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleEntry(Entry[Schedule]):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerwiseEntry(Entry[LayerwiseWrapper]):
+    pass
+
+
+PruneTarget = Literal["block", "attention", "mlp"]
+ALL_TARGETS: tuple[PruneTarget, ...] = ("block", "attention", "mlp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PruningEntry(Entry["Criterion"]):
+    targets: tuple[PruneTarget, ...] = ALL_TARGETS
+    """What the criterion can remove: whole blocks, attention or MLP sublayers."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantizerEntry(Entry["Scheme"]):
+    bits: frozenset[int]
+    """The bit widths the scheme supports."""
+    options: frozenset[str] = frozenset()
+    """The layout fields (`symmetric`, `group_size`) it honours; others must keep defaults."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportanceEntry(Entry["Importance"]):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainableModelEntry(Entry[ModelBuilder]):
+    """A model built from its section and trained by the trial."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainedModelEntry(Entry[PretrainedLoader]):
+    """A pretrained model loaded with its tokenizer and only evaluated."""
+
+
+ModelEntry = TrainableModelEntry | PretrainedModelEntry
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainTaskEntry(Entry[type["Task"]]):
+    """A task that trains a model: batches, loss, evaluation."""
+
+    fingerprint: Fingerprint
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalTaskEntry(Entry[type["EvalTask"]]):
+    """A task that evaluates a pretrained model with its own tokenizer."""
+
+    fingerprint: Fingerprint
+
+
+TaskEntry = TrainTaskEntry | EvalTaskEntry
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyntheticKindEntry(Entry[type["SyntheticKind"]]):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorpusEntry(Entry[Callable[[], "Corpus"]]):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerEntry(Entry[type["Tokenizer"]]):
+    pass
 
 
 @dataclass(frozen=True)
@@ -130,24 +288,23 @@ class Metric:
         return a < b if self.direction == "min" else a > b
 
 
-NORM_PLACEMENTS: Registry[Any] = Registry("norm placement", ("harness.methods.placement",))
-NORM_TYPES: Registry[Any] = Registry("norm type", ("harness.methods.norms",))
-OPTIMIZERS: Registry[Any] = Registry("optimizer", ("harness.methods.optimizers",))
-SCHEDULES: Registry[Any] = Registry("schedule", ("harness.methods.optimizers",))
-LAYERWISE: Registry[Any] = Registry("layerwise wrapper", ("harness.methods.layerwise",))
-PRUNING: Registry[Any] = Registry("pruning criterion", ("harness.methods.pruning",))
-QUANTIZERS: Registry[Any] = Registry("quantization scheme", ("harness.methods.quantization",))
-LAYER_IMPORTANCE: Registry[Any] = Registry("layer importance", ("harness.methods.quantization",))
-MODELS: Registry[Any] = Registry("model type", ("harness.models.gpt", "harness.models.pretrained"))
-TASKS: Registry[Any] = Registry(
-    "task type", ("harness.tasks.lm", "harness.tasks.synthetic", "harness.tasks.lmeval")
-)
-SYNTHETIC_KINDS: Registry[Any] = Registry("synthetic task kind", ("harness.tasks.synthetic",))
-CORPORA: Registry[Any] = Registry("corpus", ("harness.tasks.corpora",))
-TOKENIZERS: Registry[Any] = Registry("tokenizer", ("harness.tasks.corpora",))
-METRICS: Registry[Metric] = Registry("metric")
+METHODS = "harness.methods.catalog"
+NORM_PLACEMENTS = Registry("norm placement", PlacementEntry, METHODS)
+NORM_TYPES = Registry("norm type", NormTypeEntry, METHODS)
+OPTIMIZERS = Registry("optimizer", OptimizerEntry, METHODS)
+SCHEDULES = Registry("schedule", ScheduleEntry, METHODS)
+LAYERWISE = Registry("layerwise wrapper", LayerwiseEntry, METHODS)
+PRUNING = Registry("pruning criterion", PruningEntry, METHODS)
+QUANTIZERS = Registry("quantization scheme", QuantizerEntry, METHODS)
+LAYER_IMPORTANCE = Registry("layer importance", ImportanceEntry, METHODS)
+MODELS = Registry[ModelEntry]("model type", TrainableModelEntry, "harness.models.catalog")
+TASKS = Registry[TaskEntry]("task type", TrainTaskEntry, "harness.tasks.catalog")
+SYNTHETIC_KINDS = Registry("synthetic task kind", SyntheticKindEntry, "harness.tasks.catalog")
+CORPORA = Registry("corpus", CorpusEntry, "harness.tasks.corpora")
+TOKENIZERS = Registry("tokenizer", TokenizerEntry, "harness.tasks.corpora")
+METRICS = Registry("metric", Entry[Metric])
 
-FAMILIES: dict[str, Registry[Any]] = {
+FAMILIES: dict[str, Registry[Any]] = {  # Registry[Any]: a mapping over every family
     "norm.placement": NORM_PLACEMENTS,
     "norm.type": NORM_TYPES,
     "optimizer.name": OPTIMIZERS,
@@ -192,9 +349,12 @@ for _name, _direction, _description in [
     ("val_word_perplexity", "min", "word perplexity on the validation split (lm-eval)"),
     ("val_byte_perplexity", "min", "byte perplexity on the validation split (lm-eval)"),
 ]:
-    METRICS.add(_name, Metric(_direction, _description), doc=_description)  # type: ignore[arg-type]
+    METRICS.add(_name, Metric(_direction, _description), summary=_description)  # type: ignore[arg-type]
 
 
 def all_modules() -> list[str]:
-    """Every module that registers entries (imported ahead of time by trial processes)."""
-    return sorted({module for registry in FAMILIES.values() for module in registry.modules})
+    """Every module that implements a registered entry (imported ahead of time by the trial
+    processes' fork server, so each trial starts with them loaded)."""
+    return sorted(
+        {entry.module for r in FAMILIES.values() for entry in r.entries() if entry.module}
+    )

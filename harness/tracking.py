@@ -5,40 +5,25 @@ The tracker reads what the store holds, so a trial stored before a crash is logg
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
+from harness.env import tracking_uri
+from harness.records import FINAL_STATUSES
 from harness.store.models import LayerStatistic, MetricPoint, Result, Trial
+from harness.utils import chunks, flatten
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 BATCH = 900
-STATUS = {"done": "FINISHED", "diverged": "FINISHED", "timeout": "KILLED", "failed": "FAILED"}
-
-
-def tracking_uri(uri: str | None = None) -> str:
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
-
-
-def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """{"optimizer": {"lr": 0.1}} -> {"optimizer.lr": "0.1"}."""
-    flat: dict[str, str] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = str(value)
-    return flat
-
-
-def chunks(items: list[Any], size: int = BATCH) -> Iterator[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+RUN_STATUS: dict[str, str] = {
+    "done": "FINISHED",
+    "diverged": "FINISHED",
+    "timeout": "KILLED",
+    "failed": "FAILED",
+}
+"""The MLflow run status of each final trial status."""
 
 
 def layer_stats_csv(rows: Sequence[LayerStatistic]) -> str:
@@ -91,7 +76,7 @@ class MLflowTracker:
         run = self.client.create_run(
             experiment_id, run_name=f"{trial.method}-s{trial.seed}", tags=tags
         )
-        run_id = run.info.run_id
+        run_id: str = run.info.run_id
         stamp = int(time.time() * 1000)
         params = [Param(k, v) for k, v in flatten(trial.config).items()]
         metrics = (
@@ -107,16 +92,16 @@ class MLflowTracker:
                 if s.value is not None
             ]
         )
-        for batch in chunks(params, 100):
-            self.client.log_batch(run_id, params=batch)
-        for batch in chunks(metrics):
-            self.client.log_batch(run_id, metrics=batch)
+        for param_batch in chunks(params, 100):
+            self.client.log_batch(run_id, params=param_batch)
+        for metric_batch in chunks(metrics, BATCH):
+            self.client.log_batch(run_id, metrics=metric_batch)
         self.client.log_dict(run_id, trial.config, "config.json")
         if layer_stats:
             self.client.log_text(run_id, layer_stats_csv(layer_stats), "layer_stats.csv")
         if trial.error:
             self.client.log_text(run_id, trial.error, "error.txt")
-        self.client.set_terminated(run_id, status=STATUS.get(trial.status, "FAILED"))
+        self.client.set_terminated(run_id, status=RUN_STATUS.get(trial.status, "FAILED"))
         with self.engine.begin() as connection:
             connection.execute(
                 update(Trial).where(Trial.id == trial_id).values(mlflow_run_id=run_id)
@@ -138,7 +123,7 @@ class MLflowTracker:
                 select(Trial.id).where(
                     Trial.suite == suite,
                     Trial.mlflow_run_id.is_(None),
-                    Trial.status.in_(list(STATUS)),
+                    Trial.status.in_(FINAL_STATUSES),
                 )
             ).all()
         for trial_id in missing:

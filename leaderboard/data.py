@@ -6,7 +6,7 @@ SQLite connections run with `PRAGMA query_only`, PostgreSQL sessions with
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +21,7 @@ from harness.ranking import TrialOutcome
 from harness.store.db import DatabaseError, database_url, make_engine
 from harness.store.models import Alert, LayerStatistic, MetricPoint, Result, SuiteRun, Trial
 from harness.store.queries import CHUNK, stored_outcomes
+from harness.utils import chunks
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ def series(engine: Engine, keys: Iterable[str], name: str) -> pd.DataFrame:
         select(*columns)
         .join(Trial, Trial.id == MetricPoint.trial_id)
         .where(Trial.key.in_(chunk), MetricPoint.name == name)
-        for chunk in _chunks(keys)
+        for chunk in chunks(keys, CHUNK)
     ]
     return _frame(engine, queries, ["key", "step", "train_time_s", "value"])
 
@@ -201,7 +202,7 @@ def series(engine: Engine, keys: Iterable[str], name: str) -> pd.DataFrame:
 def series_names(engine: Engine, keys: Iterable[str]) -> list[str]:
     names: set[str] = set()
     with Session(engine) as session:
-        for chunk in _chunks(keys):
+        for chunk in chunks(keys, CHUNK):
             query = (
                 select(MetricPoint.name)
                 .join(Trial, Trial.id == MetricPoint.trial_id)
@@ -225,7 +226,7 @@ def layer_stats(engine: Engine, keys: Iterable[str]) -> pd.DataFrame:
         select(*columns)
         .join(Trial, Trial.id == LayerStatistic.trial_id)
         .where(Trial.key.in_(chunk))
-        for chunk in _chunks(keys)
+        for chunk in chunks(keys, CHUNK)
     ]
     return _frame(engine, queries, ["key", "step", "layer", "name", "value"])
 
@@ -237,15 +238,9 @@ def final_values(engine: Engine, keys: Iterable[str], names: Iterable[str]) -> p
         select(Trial.key, Result.name, Result.value)
         .join(Trial, Trial.id == Result.trial_id)
         .where(Trial.key.in_(chunk), Result.name.in_(names))
-        for chunk in _chunks(keys)
+        for chunk in chunks(keys, CHUNK)
     ]
     return _frame(engine, queries, ["key", "name", "value"])
-
-
-def _chunks(keys: Iterable[str]) -> Iterator[list[str]]:
-    keys = list(keys)
-    for start in range(0, len(keys), CHUNK):
-        yield keys[start : start + CHUNK]
 
 
 def _frame(engine: Engine, queries: list[Select[Any]], columns: list[str]) -> pd.DataFrame:

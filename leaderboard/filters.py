@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.ranking import TrialOutcome
 from harness.registry import METRICS
-from harness.tracking import flatten
+from harness.utils import flatten
 
 DEFAULT_METRIC = "val_loss"
 BASELINE_FAMILY = "baseline"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from urllib.parse import quote
 
-from harness.tracking import tracking_uri
+from harness.env import tracking_uri
 
 TRIAL_PAGE = "trial"
 # The MLflow UI's address as a browser sees it, when it differs from the tracking URI.

@@ -9,10 +9,10 @@ import pandas as pd
 
 from harness.ranking import Ranking, group_table, overall_table
 from harness.ranking.table import values
+from harness.records import FAILED_STATUSES
 from leaderboard.data import RunInfo
 
 MARKS = {"better": "▲ better", "worse": "▼ worse", "tie": "= tie", "baseline": "baseline"}
-FAILED_STATUSES = ("failed", "timeout")
 STATUS_COLUMNS = ["family", "diverged", "failed", "n"]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import textwrap
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +51,33 @@ def write_suite(
     )
     path.write_text(body + extra)
     return path
+
+
+# The shared helpers as fixtures: tests take them as arguments instead of importing this module.
+
+
+@pytest.fixture(name="write_suite", scope="session")
+def write_suite_fixture() -> Callable[..., Path]:
+    """`write_suite(directory, methods, steps=20, eval_every=10, extra="")`."""
+    return write_suite
+
+
+@pytest.fixture(name="tiny_llama", scope="session")
+def tiny_llama_fixture() -> Callable[[int, int], LlamaForCausalLM]:
+    """`tiny_llama(vocab_size, n_layers)`."""
+    return tiny_llama
+
+
+@pytest.fixture(name="byte_bpe_tokenizer", scope="session")
+def byte_bpe_tokenizer_fixture() -> Callable[..., PreTrainedTokenizerFast]:
+    """`byte_bpe_tokenizer(texts, vocab_size=400)`."""
+    return byte_bpe_tokenizer
+
+
+@pytest.fixture(name="scipy_percentile_ci", scope="session")
+def scipy_percentile_ci_fixture() -> Callable[[list[float]], tuple[float, float]]:
+    """`scipy_percentile_ci(values)`: the reference bootstrap CI."""
+    return scipy_percentile_ci
 
 
 @pytest.fixture

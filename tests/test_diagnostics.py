@@ -6,6 +6,7 @@ import csv
 import os
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,8 +17,8 @@ from torch import Tensor
 
 from harness.diagnostics import StepProbe, hidden_state_stats, peak_activation
 from harness.models.gpt import GPT, GPTSpec, build_gpt, rope_tables
-from harness.runner.plan import PlannedTrial, plan_suite
-from harness.runner.results import LayerStat, TrialResult
+from harness.records import LayerStat, PlannedTrial, TrialResult
+from harness.runner.plan import plan_suite
 from harness.runner.trial import Clock, Trial, build, prepare, train
 from harness.spec import load_suite
 from harness.spec.schema import NormSpec
@@ -25,7 +26,8 @@ from harness.store.db import StoreLedger, open_database, suite_run
 from harness.store.models import LayerStatistic
 from harness.store.models import Trial as StoredTrial
 from harness.tracking import MLflowTracker
-from tests.conftest import write_suite
+
+pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
 
 PER_LAYER = ["grad_norm", "update_ratio", "hidden_rms", "max_abs_activation", "block_influence"]
 
@@ -98,7 +100,7 @@ def test_probe_records_gradient_norms_and_update_ratios_per_block() -> None:
 
 
 @pytest.fixture
-def tiny_trials(tmp_path: Path) -> list[PlannedTrial]:
+def tiny_trials(write_suite: Any, tmp_path: Path) -> list[PlannedTrial]:
     suite = write_suite(tmp_path, "pre-ln: {}\nperi-ln: {norm: {placement: peri}}")
     return [t for t in plan_suite(load_suite(suite)) if t.seed == 0]
 

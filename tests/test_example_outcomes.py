@@ -12,8 +12,8 @@ from alembic import command
 from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.orm import Session
 
-from harness.runner.plan import PlannedTrial, plan_suite
-from harness.runner.results import TrialResult
+from harness.records import PlannedTrial, TrialResult
+from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.store.db import StoreLedger, alembic_config, open_database, suite_run

@@ -15,7 +15,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from harness.methods.placement import PostNorm, PreNorm
 from harness.models.gpt import GPT, GPTConfig, GPTSpec, apply_rope, build_gpt, rope_tables
-from harness.registry import MODELS, NORM_TYPES, Entry, UnknownNameError
+from harness.registry import MODELS, NORM_TYPES, NormTypeEntry, UnknownNameError
 from harness.spec.schema import NormSpec, ParamsModel
 
 VOCAB, BATCH, SEQ = 37, 2, 12
@@ -217,7 +217,9 @@ def scaled_norm(dim: int, role: str, eps: float, scale: float) -> nn.Module:
 @pytest.fixture
 def scaled_type(monkeypatch: pytest.MonkeyPatch) -> str:
     assert "scaled" not in NORM_TYPES  # also loads the built-in types before patching
-    entry = Entry("scaled", scaled_norm, NORM_TYPES.family, "", ScaledParams)
+    entry = NormTypeEntry(
+        name="scaled", family=NORM_TYPES.family, target=scaled_norm, params=ScaledParams
+    )
     monkeypatch.setitem(NORM_TYPES._entries, "scaled", entry)
     return "scaled"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +16,6 @@ from harness.models.gpt import GPTSpec, build_gpt
 from harness.registry import LAYERWISE, SCHEDULES
 from harness.spec import SuiteError, load_suite
 from harness.spec.schema import NormSpec, OptimizerSpec
-from tests.conftest import write_suite
 
 
 def tiny_gpt(n_layers: int = 4, **spec: object) -> nn.Module:
@@ -201,7 +201,7 @@ def test_wd_scale_scales_matrix_rates_down_and_their_decay_up_with_width() -> No
             assert (group["lr"], group["weight_decay"]) == (1e-3, 0.0)
 
 
-def test_wrapper_parameters_are_validated_with_the_suite(tmp_path: Path) -> None:
+def test_wrapper_parameters_are_validated_with_the_suite(write_suite: Any, tmp_path: Path) -> None:
     methods = "pre-ln: {optimizer: {layerwise: {name: lisa, active_layer: 2}}}"
     with pytest.raises(SuiteError, match="active_layers"):
         load_suite(write_suite(tmp_path, methods))

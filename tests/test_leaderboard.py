@@ -20,14 +20,17 @@ from typer.testing import CliRunner
 
 from benchmarks.fake_results import fake_result, planned, store
 from harness.cli import app as cli
-from harness.runner.plan import PlannedTrial, plan_suite
-from harness.runner.results import TrialResult
+from harness.records import PlannedTrial, TrialResult
+from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.db import make_engine, open_database, upgrade
 from harness.store.models import Result, Trial
 from leaderboard.state import engine as app_engine
-from tests.conftest import ROOT, write_suite
+from tests.conftest import write_suite
 
+pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
+
+ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "leaderboard" / "app.py"
 METHODS = """
 pre-ln: {}

@@ -21,6 +21,8 @@ from leaderboard.findings import COLUMNS as FINDINGS_COLUMNS
 from tests.test_findings import record_claims, store_claims_suite
 from tests.test_leaderboard import store_tiny_suite
 
+pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
+
 
 @pytest.fixture
 def chromium() -> None:

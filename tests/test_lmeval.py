@@ -8,6 +8,7 @@ import json
 import math
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -26,7 +27,8 @@ from harness.tasks.lmeval import (
     PerplexityTaskSpec,
     lm_eval_metrics,
 )
-from tests.conftest import byte_bpe_tokenizer, tiny_llama
+
+pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
 
 TASK = {
     "task_prefix": "Pick the better sentence.\n",
@@ -41,14 +43,14 @@ TASK = {
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> PreTrainedTokenizerFast:
+def tokenizer(byte_bpe_tokenizer: Any) -> PreTrainedTokenizerFast:
     return byte_bpe_tokenizer(
         [text[:20000] for _, text in load_corpus("shakespeare").documents[:3]]
     )
 
 
 @pytest.fixture(scope="module")
-def llama(tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
+def llama(tiny_llama: Any, tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
     return tiny_llama(len(tokenizer), n_layers=2)
 
 

@@ -25,8 +25,8 @@ from harness.nightly.detect import RunValues, detect, t_interval
 from harness.nightly.report import build_report, markdown, notify, write_report
 from harness.nightly.run import Executor, SuiteOutcome, exit_code, run_suite
 from harness.nightly.schedule import CronError, check_cron, run_schedule
-from harness.runner.plan import PlannedTrial, plan_suite
-from harness.runner.results import Status
+from harness.records import PlannedTrial, Status
+from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.spec.schema import RegressionSpec
 from harness.store.db import StoreLedger, open_database

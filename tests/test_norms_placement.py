@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 from torch import Tensor, nn
 
+from harness.methods.catalog import MixParams
 from harness.methods.norms import llm_alpha_init
-from harness.methods.placement import MixParams
 from harness.models.gpt import GPT, GPTSpec, build_gpt
 from harness.registry import NORM_PLACEMENTS, NORM_TYPES, UnknownNameError
 from harness.spec.schema import NormSpec

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, select
@@ -17,7 +18,9 @@ from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import SuiteError, load_suite
 from harness.store.models import Trial
-from tests.conftest import byte_bpe_tokenizer, tiny_llama, write_suite
+from tests.conftest import byte_bpe_tokenizer, tiny_llama
+
+pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
 
 METHODS = """
 pre-ln: {}
@@ -33,7 +36,7 @@ def trial_of(suite: Path, method: str) -> dict:
     )
 
 
-def test_a_trained_gpt_is_pruned_then_evaluated(tmp_path: Path) -> None:
+def test_a_trained_gpt_is_pruned_then_evaluated(write_suite: Any, tmp_path: Path) -> None:
     suite = write_suite(tmp_path, METHODS)
     plain, pruned = run_trial(trial_of(suite, "pre-ln")), run_trial(trial_of(suite, "pruned"))
     assert plain.status == pruned.status == "done", pruned.error
@@ -44,7 +47,7 @@ def test_a_trained_gpt_is_pruned_then_evaluated(tmp_path: Path) -> None:
     assert pruned.final["val_loss"] != plain.final["val_loss"]
 
 
-def test_a_trained_gpt_is_quantized_then_evaluated(tmp_path: Path) -> None:
+def test_a_trained_gpt_is_quantized_then_evaluated(write_suite: Any, tmp_path: Path) -> None:
     suite = write_suite(tmp_path, METHODS)
     quantized = run_trial(trial_of(suite, "quantized"))
     assert quantized.status == "done", quantized.error
@@ -52,7 +55,7 @@ def test_a_trained_gpt_is_quantized_then_evaluated(tmp_path: Path) -> None:
     assert quantized.final["model_bytes"] > 0
 
 
-def test_a_fixed_layout_scheme_runs_from_a_suite(tmp_path: Path) -> None:
+def test_a_fixed_layout_scheme_runs_from_a_suite(write_suite: Any, tmp_path: Path) -> None:
     """A resolved trial spells out every default; a fixed-layout scheme must accept them."""
     result = run_trial(trial_of(write_suite(tmp_path, METHODS), "int8"))
     assert result.status == "done", result.error
@@ -145,7 +148,7 @@ def test_impossible_pairs_are_rejected(tmp_path: Path) -> None:
 
 
 def test_task_greedy_selects_on_the_tuning_split_and_reports_on_test(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    write_suite: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """TALE scores candidate models on val; the held-out test split is read once, at the end."""
     from harness.tasks.lm import LMTask

@@ -8,7 +8,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 
@@ -16,7 +18,8 @@ from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.store.models import MetricPoint, Result, Trial
-from tests.conftest import write_suite
+
+pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
 
 
 def layerbench(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -54,7 +57,7 @@ def test_same_trial_twice_gives_identical_metrics_and_another_seed_differs(
     assert first.final["val_loss"] != other.final["val_loss"]
 
 
-def test_statuses_diverged_timeout_failed_and_retry(tmp_path: Path) -> None:
+def test_statuses_diverged_timeout_failed_and_retry(write_suite: Any, tmp_path: Path) -> None:
     methods = """
 pre-ln: {}
 absurd-lr: {optimizer: {lr: 1000.0}, train: {grad_clip: null}}
@@ -107,7 +110,9 @@ def wait_for_done(url: str, at_least: int, timeout_s: float = 240) -> None:
     raise AssertionError("the runner finished no trial in time")
 
 
-def test_kill_9_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path: Path) -> None:
+def test_kill_9_then_rerun_loses_nothing_and_duplicates_nothing(
+    write_suite: Any, tmp_path: Path
+) -> None:
     suite = write_suite(
         tmp_path, "pre-ln: {}\npost-ln: {norm: {placement: post}}", steps=150, eval_every=50
     )
@@ -159,7 +164,9 @@ def test_finished_suite_starts_no_trial(tiny_suite: Path, tmp_path: Path) -> Non
     assert {k: (t.attempts, t.ended_at) for k, t in trials_by_key(db).items()} == first
 
 
-def test_two_runners_on_one_database_never_run_a_trial_twice(tmp_path: Path) -> None:
+def test_two_runners_on_one_database_never_run_a_trial_twice(
+    write_suite: Any, tmp_path: Path
+) -> None:
     suite = write_suite(
         tmp_path, "pre-ln: {}\npost-ln: {norm: {placement: post}}\nrms: {norm: {type: rmsnorm}}"
     )

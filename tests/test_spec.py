@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -12,7 +13,9 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.runner.plan import plan_suite
 from harness.spec import SuiteError, load_suite
-from tests.conftest import ROOT, write_suite
+
+ROOT = Path(__file__).resolve().parents[1]
+
 
 runner = CliRunner()
 
@@ -27,7 +30,7 @@ def line_of(path: Path, text: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
-def test_unknown_key_names_file_line_path_and_suggestion(tmp_path: Path) -> None:
+def test_unknown_key_names_file_line_path_and_suggestion(write_suite: Any, tmp_path: Path) -> None:
     path = write_suite(tmp_path, "pre-ln: {}\npost-ln: {norm: {placment: post}}")
     (problem,) = problems_of(path)
     assert problem == (
@@ -36,14 +39,14 @@ def test_unknown_key_names_file_line_path_and_suggestion(tmp_path: Path) -> None
     )
 
 
-def test_wrong_type_is_located(tmp_path: Path) -> None:
+def test_wrong_type_is_located(write_suite: Any, tmp_path: Path) -> None:
     path = write_suite(tmp_path, "pre-ln: {}\nslow: {train: {steps: many}}")
     (problem,) = problems_of(path)
     assert problem.startswith(f"{path}:{line_of(path, 'slow:')}: methods.slow.train.steps: ")
     assert "integer" in problem
 
 
-def test_undefined_model_in_matrix(tmp_path: Path) -> None:
+def test_undefined_model_in_matrix(write_suite: Any, tmp_path: Path) -> None:
     extra = "matrix:\n  - {methods: [pre-ln], models: [gpt-3l], tasks: [bytes]}\n"
     path = write_suite(tmp_path, "pre-ln: {}", extra=extra)
     (problem,) = problems_of(path)
@@ -53,7 +56,7 @@ def test_undefined_model_in_matrix(tmp_path: Path) -> None:
     )
 
 
-def test_unknown_optimizer_is_located_where_written(tmp_path: Path) -> None:
+def test_unknown_optimizer_is_located_where_written(write_suite: Any, tmp_path: Path) -> None:
     path = write_suite(tmp_path, "pre-ln: {}\nfancy: {optimizer: {name: adamww}}")
     (problem,) = problems_of(path)
     assert problem.startswith(f"{path}:{line_of(path, 'adamww')}: methods.fancy.optimizer.name: ")
@@ -77,7 +80,7 @@ def test_empty_file(tmp_path: Path) -> None:
     )
 
 
-def test_unknown_model_type_and_model_field(tmp_path: Path) -> None:
+def test_unknown_model_type_and_model_field(write_suite: Any, tmp_path: Path) -> None:
     path = write_suite(tmp_path, "pre-ln: {}")
     text = path.read_text().replace("n_heads: 2", "n_head: 2")
     path.write_text(text)
@@ -85,7 +88,7 @@ def test_unknown_model_type_and_model_field(tmp_path: Path) -> None:
     assert "models.gpt-2l.n_head: unknown field; did you mean 'n_heads'?" in problem
 
 
-def test_sweep_must_name_a_real_field_with_valid_values(tmp_path: Path) -> None:
+def test_sweep_must_name_a_real_field_with_valid_values(write_suite: Any, tmp_path: Path) -> None:
     path = write_suite(tmp_path, "pre-ln: {}\nswept: {sweep: {optimizer.lr: [0.1, -1]}}")
     (problem,) = problems_of(path)
     assert f":{line_of(path, 'swept')}: methods.swept.sweep.optimizer.lr:" in problem
@@ -94,7 +97,7 @@ def test_sweep_must_name_a_real_field_with_valid_values(tmp_path: Path) -> None:
     assert "'train.stepz' does not name a field" in problems_of(path)[0]
 
 
-def test_extends_merges_defaults_method_and_ancestor(tmp_path: Path) -> None:
+def test_extends_merges_defaults_method_and_ancestor(write_suite: Any, tmp_path: Path) -> None:
     methods = """
 pre-ln: {}
 post-ln: {norm: {placement: post}, optimizer: {lr: 1.0e-3}}
@@ -109,7 +112,7 @@ post-rms: {extends: post-ln, norm: {type: rmsnorm}}
     assert trial.config["train"]["steps"] == 20
 
 
-def test_sweep_expands_a_grid_with_distinct_keys(tmp_path: Path) -> None:
+def test_sweep_expands_a_grid_with_distinct_keys(write_suite: Any, tmp_path: Path) -> None:
     methods = "pre-ln: {sweep: {optimizer.lr: [1.0e-3, 3.0e-3, 1.0e-2]}}"
     trials = plan_suite(load_suite(write_suite(tmp_path, methods)))
     assert len(trials) == 3 * 2
@@ -117,7 +120,7 @@ def test_sweep_expands_a_grid_with_distinct_keys(tmp_path: Path) -> None:
     assert len({t.key for t in trials}) == 6
 
 
-def test_trial_key_is_stable_and_changes_with_config(tmp_path: Path) -> None:
+def test_trial_key_is_stable_and_changes_with_config(write_suite: Any, tmp_path: Path) -> None:
     first = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))
     again = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))
     changed = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {optimizer: {lr: 0.1}}")))
@@ -132,7 +135,9 @@ def test_trial_key_is_stable_and_changes_with_config(tmp_path: Path) -> None:
         ("pre-ln: {}\nfancy: {optimizer: {name: adamww}}", "did you mean 'adamw'?"),
     ],
 )
-def test_cli_exit_code_2_without_traceback(tmp_path: Path, methods: str, expected: str) -> None:
+def test_cli_exit_code_2_without_traceback(
+    write_suite: Any, tmp_path: Path, methods: str, expected: str
+) -> None:
     path = write_suite(tmp_path, methods)
     result = runner.invoke(app, ["validate", str(path)])
     assert result.exit_code == 2
@@ -140,6 +145,7 @@ def test_cli_exit_code_2_without_traceback(tmp_path: Path, methods: str, expecte
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_real_process_prints_one_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "empty.yaml"
     path.write_text("")

@@ -16,14 +16,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from torch import nn
 
+from harness.methods.catalog import LisaParams, LLRParams, LrDepthParams, WdScaleParams
 from harness.methods.layers import blocks, linears
 from harness.methods.optimizers import Composite, method_params
 from harness.methods.param_roles import model_layers
-from harness.registry import LAYERWISE
-from harness.spec.schema import LayerwiseSpec, ParamsModel
+from harness.spec.schema import LayerwiseSpec
 
 
 def split_groups(optimizer: torch.optim.Optimizer, key: Callable[[nn.Parameter], Hashable]) -> None:
@@ -47,12 +46,6 @@ def first_param(group: dict[str, Any]) -> int:
     return id(group["params"][0])
 
 
-class LrDepthParams(ParamsModel):
-    decay: float = Field(0.8, gt=0.0, le=1.0)
-    """Ratio of a layer's learning rate to the next layer's (0.8 for ELECTRA-Base)."""
-
-
-@LAYERWISE.register("lr_depth", params=LrDepthParams)
 def lr_depth(
     optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
 ) -> torch.optim.Optimizer:
@@ -70,25 +63,6 @@ def lr_depth(
     for group in optimizer.param_groups:
         group["lr"] *= decay ** (top - depth.get(first_param(group), top))
     return optimizer
-
-
-class LLRParams(ParamsModel):
-    lr_min_ratio: PositiveFloat = 1.0
-    """LR ratio of the matrix with the smallest alpha (the most heavy-tailed)."""
-    lr_max_ratio: PositiveFloat = 5.0
-    """LR ratio of the matrix with the largest alpha."""
-    interval: PositiveInt = 100
-    """Steps between two estimates of the alphas."""
-    ramp_steps: PositiveInt = 50
-    """Steps over which the ratios move linearly to new targets."""
-    min_eigenvalues: PositiveInt = 50
-    """Matrices with fewer eigenvalues (min(rows, cols)) keep the base rate."""
-
-    @model_validator(mode="after")
-    def _ordered(self) -> LLRParams:
-        if self.lr_min_ratio > self.lr_max_ratio:
-            raise ValueError("lr_min_ratio must not exceed lr_max_ratio")
-        return self
 
 
 def esd_alpha(weight: torch.Tensor) -> float:
@@ -154,7 +128,6 @@ class LayerwiseLR:
         self.steps += 1
 
 
-@LAYERWISE.register("llr", params=LLRParams)
 def llr(
     optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
 ) -> torch.optim.Optimizer:
@@ -213,14 +186,6 @@ class ActiveLayers:
             self.resample()
 
 
-class LisaParams(ParamsModel):
-    active_layers: PositiveInt = 2
-    """Blocks trained at a time (gamma)."""
-    interval: PositiveInt = 20
-    """Steps between two draws (K)."""
-
-
-@LAYERWISE.register("lisa", params=LisaParams)
 def lisa(
     optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
 ) -> torch.optim.Optimizer:
@@ -239,11 +204,6 @@ def lisa(
     return optimizer
 
 
-class DropParams(ParamsModel):
-    """Drop-Muon's uniform start-layer sampling has no parameters."""
-
-
-@LAYERWISE.register("drop", params=DropParams)
 def drop(
     optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
 ) -> torch.optim.Optimizer:
@@ -263,12 +223,6 @@ def drop(
     return optimizer
 
 
-class WdScaleParams(ParamsModel):
-    base_width: PositiveInt
-    """The width at which `lr` and `weight_decay` were tuned."""
-
-
-@LAYERWISE.register("wd_scale", params=WdScaleParams)
 def wd_scale(
     optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
 ) -> torch.optim.Optimizer:

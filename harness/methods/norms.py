@@ -1,14 +1,15 @@
-"""Normalization types (SPEC 5.2), each registered by name in NORM_TYPES.
+"""Normalization types (SPEC 5.2), each declared by name in harness/methods/catalog.py.
 
 An entry is a factory `(dim, role, eps, **params) -> nn.Module` that normalizes the last
 dimension. `role` says where the norm sits: "attn" on the attention sublayer's path, "mlp" on
 the MLP's, "final" before the LM head ("embed" after the embeddings, for placements that
 normalize them); only types whose initialisation depends on it read it (DyT and Derf: their
-language-model alpha). Types with their own fields (e.g. an initial alpha) register a
-`ParamsModel` as `params=`; the model passes the validated fields of the suite's `norm` section
-as `**params`. Types registered with `scale_embeddings=True` follow their papers' language-model
+language-model alpha). Types with their own fields (e.g. an initial alpha) declare a
+`ParamsModel` as `params=` in the catalog; the model passes the validated fields of the
+suite's `norm` section
+as `**params`. Types declared with `scale_embeddings=True` follow their papers' language-model
 recipe: the model multiplies its embeddings by a learnable scalar initialised to sqrt(d_model).
-Types registered with `model_width=True` also get the model's width as `model_width` (their
+Types declared with `model_width=True` also get the model's width as `model_width` (their
 alpha_0 depends on it, not on the width of the tensor they normalize).
 """
 
@@ -18,11 +19,7 @@ import math
 from typing import Literal
 
 import torch
-from pydantic import PositiveFloat
 from torch import Tensor, nn
-
-from harness.registry import NORM_TYPES
-from harness.spec.schema import ParamsModel
 
 NormRole = Literal["attn", "mlp", "final", "embed"]
 
@@ -53,13 +50,11 @@ def llm_alpha_init(width: int, role: NormRole) -> float:
     return attn if role == "attn" else other
 
 
-@NORM_TYPES.register("layernorm")
 def layernorm(dim: int, role: NormRole, eps: float) -> nn.Module:
     """LayerNorm: (x - mean) / sqrt(var + eps) * g + b (Ba et al., 2016, "Layer Normalization")."""
     return nn.LayerNorm(dim, eps=eps)
 
 
-@NORM_TYPES.register("rmsnorm")
 def rmsnorm(dim: int, role: NormRole, eps: float) -> nn.Module:
     """RMSNorm: x / sqrt(mean(x^2) + eps) * g (Zhang & Sennrich, 2019, "Root Mean Square LN")."""
     return nn.RMSNorm(dim, eps=eps)
@@ -93,16 +88,6 @@ class DynamicErf(PointwiseNorm):
         return self.weight * torch.erf(self.alpha * x + self.shift) + self.bias
 
 
-class DyTParams(ParamsModel):
-    alpha_init: PositiveFloat | None = None
-    """alpha_0 of every norm; None: the papers' language-model rule (`llm_alpha_init`)."""
-
-
-class DerfParams(DyTParams):
-    shift_init: float = 0.0
-
-
-@NORM_TYPES.register("dyt", params=DyTParams, scale_embeddings=True, model_width=True)
 def dyt(
     dim: int, role: NormRole, eps: float, alpha_init: float | None, model_width: int | None = None
 ) -> nn.Module:
@@ -114,7 +99,6 @@ def dyt(
     return DynamicTanh(dim, llm_alpha_init(width, role) if alpha_init is None else alpha_init)
 
 
-@NORM_TYPES.register("derf", params=DerfParams, scale_embeddings=True, model_width=True)
 def derf(
     dim: int,
     role: NormRole,
@@ -149,7 +133,6 @@ class ScaleNorm(nn.Module):
         return x * (self.scale / x.norm(dim=-1, keepdim=True).clamp(min=self.eps))
 
 
-@NORM_TYPES.register("scalenorm")
 def scalenorm(dim: int, role: NormRole, eps: float) -> nn.Module:
     """ScaleNorm: g x / ||x||, g = sqrt(d) at init (Nguyen & Salazar, 2019, arXiv:1910.05895)."""
     return ScaleNorm(dim, eps)
@@ -172,7 +155,6 @@ class CRMSNorm(nn.Module):
         return x * torch.rsqrt(squares / (x.shape[-1] + 1) + self.eps) * self.weight
 
 
-@NORM_TYPES.register("crmsnorm")
 def crmsnorm(dim: int, role: NormRole, eps: float) -> nn.Module:
     """CRMSNorm: RMSNorm of the zero-mean (d+1)-vector x encodes (Jiang et al., 2023, CRMSNorm)."""
     return CRMSNorm(dim, eps)
@@ -194,13 +176,11 @@ class SeeDNorm(nn.Module):
         return gain * normed
 
 
-@NORM_TYPES.register("seednorm")
 def seednorm(dim: int, role: NormRole, eps: float) -> nn.Module:
     """SeeDNorm: [tanh(x.beta) alpha + gamma] x / RMS(x) (Cai et al., 2025, "SeeDNorm")."""
     return SeeDNorm(dim, eps)
 
 
-@NORM_TYPES.register("identity")
 def identity(dim: int, role: NormRole, eps: float) -> nn.Module:
     """Identity: N(x) = x, the no-normalization baseline (Zhu et al., 2025, "w/o Normalization")."""
     return nn.Identity()

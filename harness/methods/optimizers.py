@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, PositiveFloat, PositiveInt
+from pydantic import BaseModel
 from torch import nn
 
+from harness.methods.catalog import HybridParams, LarsParams, MuonParams, ScionParams, SinkGDParams
 from harness.methods.param_roles import model_layers, trainable
-from harness.registry import LAYERWISE, OPTIMIZERS, SCHEDULES
-from harness.spec.schema import OptimizerSpec, ParamsModel
+from harness.registry import LAYERWISE, OPTIMIZERS
+from harness.spec.resolve import resolve_ns_dtype
+from harness.spec.schema import OptimizerSpec
 
 P = TypeVar("P", bound=BaseModel)
 Closure = Callable[[], float] | None
@@ -180,19 +182,16 @@ def with_adamw(
     return Composite([hidden_optimizer(hidden), adamw])
 
 
-@OPTIMIZERS.register("adamw")
 def adamw(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """AdamW: Adam with decoupled weight decay (Loshchilov & Hutter, 2019)."""
     return torch.optim.AdamW(model_groups(model, spec), lr=spec.lr, betas=spec.betas, eps=spec.eps)
 
 
-@OPTIMIZERS.register("adam")
 def adam(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """Adam (Kingma & Ba, 2015); weight_decay is an L2 penalty added to the gradient."""
     return torch.optim.Adam(model_groups(model, spec), lr=spec.lr, betas=spec.betas, eps=spec.eps)
 
 
-@OPTIMIZERS.register("sgd")
 def sgd(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """SGD with heavy-ball or Nesterov momentum (Sutskever et al., 2013).
 
@@ -204,7 +203,6 @@ def sgd(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     )
 
 
-@OPTIMIZERS.register("lion")
 def lion(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """Lion: sign of interpolated momentum, decoupled weight decay (Chen et al., 2023)."""
     from pytorch_optimizer import Lion
@@ -212,7 +210,6 @@ def lion(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     return Lion(model_groups(model, spec), lr=spec.lr, betas=spec.betas)
 
 
-@OPTIMIZERS.register("lamb")
 def lamb(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """LAMB: Adam ratio plus weight decay, scaled per tensor by a trust ratio (You et al., 2020).
 
@@ -231,12 +228,6 @@ def lamb(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     )
 
 
-class LarsParams(ParamsModel):
-    trust_coefficient: PositiveFloat = 1e-3
-    """eta in the local rate eta ||w|| / (||g|| + wd ||w||)."""
-
-
-@OPTIMIZERS.register("lars", params=LarsParams)
 def lars(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """LARS: momentum SGD with a layer-wise trust ratio (You et al., 2017).
 
@@ -254,7 +245,6 @@ def lars(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     )
 
 
-@OPTIMIZERS.register("novograd")
 def novograd(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """NovoGrad: layer-wise normalized gradients and moments (Ginsburg et al., 2019).
 
@@ -265,45 +255,12 @@ def novograd(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     return NovoGrad(model_groups(model, spec), lr=spec.lr, betas=spec.betas, eps=spec.eps)
 
 
-@OPTIMIZERS.register("adafactor")
 def adafactor(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """Adafactor: factored second moments, relative step size (Shazeer & Stern, 2018)."""
     return torch.optim.Adafactor(model_groups(model, spec), lr=spec.lr)
 
 
-class HybridParams(ParamsModel):
-    adamw_lr: PositiveFloat | None = None
-    """Learning rate of the AdamW part (embeddings, head, norms, biases); default: `lr`."""
-
-
-NsDtype = Literal["auto", "float32", "bfloat16"]
 NS_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-class MuonParams(HybridParams):
-    ns_steps: PositiveInt = 5
-    """Newton-Schulz iterations."""
-    adjust_lr_fn: Literal["original", "match_rms_adamw"] = "original"
-    """Per-matrix rate: sqrt(max(1, rows/cols)) (Jordan) or 0.2 sqrt(max(rows, cols)) (Moonshot)."""
-    ns_dtype: NsDtype = "auto"
-    """Newton-Schulz precision: bfloat16 (torch.optim.Muon, as Jordan's reference), or float32;
-    auto: bfloat16 on CUDA, float32 on CPU, where bfloat16 matmuls are ~20x slower."""
-
-
-def resolve_ns_dtype(ns_dtype: NsDtype, device: str) -> Literal["float32", "bfloat16"]:
-    """`ns_dtype` with auto resolved for `device` ("cpu", "cuda[:N]" or "auto")."""
-    if ns_dtype != "auto":
-        return ns_dtype
-    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-    return "bfloat16" if cuda else "float32"
-
-
-def resolved_optimizer(optimizer: dict[str, Any], device: str) -> dict[str, Any]:
-    """A trial's optimizer section with Muon's `ns_dtype: auto` resolved for the trial's device,
-    so that the value that runs is the value in the trial config (and its key)."""
-    if optimizer.get("name") != "muon":
-        return optimizer
-    return optimizer | {"ns_dtype": resolve_ns_dtype(optimizer.get("ns_dtype", "auto"), device)}
 
 
 def newton_schulz(
@@ -345,7 +302,7 @@ class Muon(torch.optim.Muon):
     @torch.no_grad()
     def step(self, closure: Closure = None) -> float | None:
         if self.ns_dtype == torch.bfloat16:
-            return super().step(closure)
+            return super().step(closure)  # type: ignore[no-untyped-call]
         from torch.optim._muon import _adjust_lr
 
         loss = closure_loss(closure)
@@ -366,7 +323,6 @@ class Muon(torch.optim.Muon):
         return loss
 
 
-@OPTIMIZERS.register("muon", params=MuonParams)
 def muon(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """Muon: orthogonalized momentum for hidden matrices, AdamW elsewhere (Jordan et al., 2024).
 
@@ -377,7 +333,7 @@ def muon(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     params = method_params(spec, MuonParams)
     momentum, nesterov = momentum_of(spec, 0.95, True)
     device = next(model.parameters()).device.type
-    ns_dtype = NS_DTYPES[resolve_ns_dtype(params.ns_dtype, device)]
+    ns_dtype = NS_DTYPES[resolve_ns_dtype(params.ns_dtype, device, cuda=device == "cuda")]
     return with_adamw(
         model,
         spec,
@@ -395,7 +351,6 @@ def muon(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     )
 
 
-@OPTIMIZERS.register("rmnp", params=HybridParams)
 def rmnp(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """RMNP: row-normalized momentum for hidden matrices, AdamW elsewhere (Deng et al., 2026).
 
@@ -411,14 +366,6 @@ def rmnp(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     )
 
 
-class SinkGDParams(ParamsModel):
-    alpha: PositiveFloat = 0.05
-    """SinkGD's learning rate relative to `lr`, the AdamW part's (0.05 in the paper)."""
-    iterations: PositiveInt = 5
-    """SR-Sinkhorn iterations L (5 in the paper)."""
-
-
-@OPTIMIZERS.register("sinkgd", params=SinkGDParams)
 def sinkgd(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """SinkGD: Sinkhorn-normalized hidden-matrix gradients, AdamW elsewhere (Scetbon et al., 2025).
 
@@ -433,17 +380,6 @@ def sinkgd(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     )
 
 
-class ScionParams(ParamsModel):
-    """Radii of the norm balls: the official shallow nanoGPT example's ("Mixed")."""
-
-    embedding_scale: PositiveFloat = 1.0
-    hidden_scale: PositiveFloat = 3.0
-    head_scale: PositiveFloat = 10.0
-    unconstrained: bool = False
-    """True: W <- W - lr scale lmo; False (the paper's default): W <- (1 - lr) W - lr scale lmo."""
-
-
-@OPTIMIZERS.register("scion", params=ScionParams)
 def scion(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """Scion: momentum, then each layer type's norm-constrained LMO (Pethick et al., 2025).
 
@@ -516,13 +452,11 @@ def decay_progress(step: int, total: int, start: int) -> float:
     return min(1.0, max(0.0, (step - start) / max(1, total - start)))
 
 
-@SCHEDULES.register("constant")
 def constant(step: int, total: int, warmup_steps: int, min_ratio: float) -> float:
     """Constant learning rate after linear warmup."""
     return warmup(step, warmup_steps)
 
 
-@SCHEDULES.register("cosine")
 def cosine(step: int, total: int, warmup_steps: int, min_ratio: float) -> float:
     """Linear warmup, then cosine decay to min_ratio (Loshchilov & Hutter, 2017, SGDR)."""
     if step < warmup_steps:
@@ -531,7 +465,6 @@ def cosine(step: int, total: int, warmup_steps: int, min_ratio: float) -> float:
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-@SCHEDULES.register("linear")
 def linear(step: int, total: int, warmup_steps: int, min_ratio: float) -> float:
     """Linear warmup, then linear decay to min_ratio."""
     if step < warmup_steps:
@@ -542,7 +475,6 @@ def linear(step: int, total: int, warmup_steps: int, min_ratio: float) -> float:
 WSD_COOLDOWN_FRACTION = 0.2
 
 
-@SCHEDULES.register("wsd")
 def wsd(step: int, total: int, warmup_steps: int, min_ratio: float) -> float:
     """Warmup-stable-decay: a linear cooldown over the last 20% of steps (Hägele et al., 2024).
 

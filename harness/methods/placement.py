@@ -17,19 +17,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar
 
-from pydantic import Field
 from torch import Tensor, nn
 from transformers import initialization as init
 
 from harness.methods.norms import NormRole
 from harness.registry import NORM_PLACEMENTS
-from harness.spec.schema import ParamsModel
+from harness.spec.schema import InitProfile
 
 MakeNorm = Callable[[NormRole], nn.Module]
 Sublayer = Callable[[Tensor], Tensor]
-InitProfile = Literal["gpt2", "paper"]
 
 
 @dataclass(frozen=True)
@@ -95,7 +93,6 @@ def post_ln(x: Tensor, attn: Sublayer, mlp: Sublayer, norm1: nn.Module, norm2: n
     return norm2(x + mlp(x))
 
 
-@NORM_PLACEMENTS.register("pre")
 class PreNorm(Placement):
     """Pre-LN: x + f(N(x)) (Xiong et al., 2020, "On Layer Normalization in the Transformer")."""
 
@@ -109,7 +106,6 @@ class PreNorm(Placement):
         return pre_ln(x, attn, mlp, self.norm1, self.norm2)
 
 
-@NORM_PLACEMENTS.register("post")
 class PostNorm(Placement):
     """Post-LN: N(x + f(x)) (Vaswani et al., 2017, "Attention Is All You Need")."""
 
@@ -123,7 +119,6 @@ class PostNorm(Placement):
         return post_ln(x, attn, mlp, self.norm1, self.norm2)
 
 
-@NORM_PLACEMENTS.register("peri")
 class PeriNorm(Placement):
     """Peri-LN: x + N_out(f(N_in(x))) (Kim et al., 2025, "Peri-LN: Revisiting Normalization").
 
@@ -145,12 +140,6 @@ class PeriNorm(Placement):
         return x + self.mlp_out(mlp(self.mlp_in(x)))
 
 
-class MixParams(ParamsModel):
-    post_fraction: float = Field(0.25, ge=0.0, le=1.0)
-    """The first floor(post_fraction * n_layers) layers are Post-LN (the paper's alpha)."""
-
-
-@NORM_PLACEMENTS.register("mix", params=MixParams)
 class MixNorm(Placement):
     """Mix-LN: Post-LN in the first post_fraction of layers, Pre-LN after (Li et al., 2025).
 
@@ -173,7 +162,6 @@ class MixNorm(Placement):
         return wiring(x, attn, mlp, self.norm1, self.norm2)
 
 
-@NORM_PLACEMENTS.register("hybrid")
 class HybridNorm(Placement):
     """HybridNorm: x' = x + attn_QKV-norm(x); h = N(x'); h + FFN(h) (Zhuo et al., 2025)."""
 
@@ -189,7 +177,6 @@ class HybridNorm(Placement):
         return x + mlp(x)
 
 
-@NORM_PLACEMENTS.register("normformer")
 class NormFormer(Placement):
     """NormFormer: x + N(HeadScaleMHA(N(x))); x + W2 N(act(W1 N(x))) (Shleifer et al., 2021)."""
 
@@ -206,7 +193,6 @@ class NormFormer(Placement):
         return x + mlp(self.mlp_in(x))
 
 
-@NORM_PLACEMENTS.register("lns")
 class LayerNormScaling(Placement):
     """LNS: x + f(N(x) / sqrt(l)), l = layer index from 1 (Sun et al., 2025, "Curse of Depth").
 
@@ -227,7 +213,6 @@ class LayerNormScaling(Placement):
         return x + mlp(self.scale * self.norm2(x))
 
 
-@NORM_PLACEMENTS.register("deepnorm")
 class DeepNorm(Placement):
     """DeepNorm: N(alpha x + f(x)), alpha=(2L)^(1/4), init gain (8L)^(-1/4) (Wang et al., 2022).
 
@@ -255,7 +240,6 @@ class DeepNorm(Placement):
                 init.xavier_normal_(module.weight, gain=gain)
 
 
-@NORM_PLACEMENTS.register("none")
 class NoNorm(Placement):
     """No norms: x + f(x), a plain residual block (He et al., 2016, "Deep Residual Learning")."""
 

@@ -68,8 +68,17 @@ def prune_model(
 ) -> tuple[nn.Module, PruneReport]:
     """Remove the layers `spec.criterion` picks from `model` (in place); return it and a report."""
     entry = PRUNING.entry(spec.criterion)
+<<<<<<< HEAD
     for _, message in prune_problems(spec, entry.meta, None):
         raise ValueError(message)
+=======
+    targets = entry.targets
+    if spec.target not in targets:
+        raise ValueError(
+            f"pruning criterion '{spec.criterion}' supports target {' / '.join(targets)}, "
+            f"not '{spec.target}'"
+        )
+>>>>>>> main
     n_layers = len(blocks(model))
     k = layers_to_remove(spec, n_layers)
     criterion: Criterion = entry.obj
@@ -115,7 +124,6 @@ def mean_cosines(model: nn.Module, batches: Sequence[Tensor], target: Target) ->
     return [total / count for total, count in zip(sums, counts, strict=True)]
 
 
-@PRUNING.register("block_influence")
 def block_influence(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """ShortGPT (Men et al., 2024): remove the k layers of lowest BI = 1 - E[cos(x_in, x_out)].
 
@@ -157,7 +165,6 @@ class LinearFit:
         return float(explained / cyy)
 
 
-@PRUNING.register("linearity", targets=("block",))
 def linearity(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """Linearity (Razzhigaev et al., 2024): remove the k blocks of highest Procrustes linearity.
 
@@ -197,7 +204,6 @@ def gate_norm(attention: nn.Module) -> float:
     return float((gram_q * gram_k).sum().clamp(min=0.0).sqrt())
 
 
-@PRUNING.register("attention_qk", targets=("attention",))
 def attention_qk(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """Gate-Norm (Saikumar & Varghese, 2025): remove the k attentions of weakest query-key coupling.
 
@@ -214,7 +220,6 @@ def attention_qk(model: nn.Module, spec: PruneSpec, context: PruneContext, k: in
     return Selection(lowest(scores, k), scores)
 
 
-@PRUNING.register("task_greedy")
 def task_greedy(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """TALE (Naim et al., 2025): k times, remove the layer whose removal least raises the val loss.
 
@@ -234,21 +239,18 @@ def task_greedy(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int
     return Selection(sorted(removed), scores)
 
 
-@PRUNING.register("last_n")
 def last_n(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """Baseline: remove the last k layers (score: the layer index)."""
     scores = {i: float(i) for i in range(len(blocks(model)))}
     return Selection(highest(scores, k), scores)
 
 
-@PRUNING.register("first_n")
 def first_n(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """Baseline: remove the first k layers (score: the layer index)."""
     scores = {i: float(i) for i in range(len(blocks(model)))}
     return Selection(lowest(scores, k), scores)
 
 
-@PRUNING.register("random")
 def random_layers(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
     """Baseline: remove k layers drawn uniformly by the trial's seed (score: a U(0, 1) draw)."""
     draws = torch.rand(len(blocks(model)), generator=torch.Generator().manual_seed(context.seed))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from harness.methods.catalog import LAYOUT_OPTIONS
 from harness.methods.layers import blocks, linears
 from harness.methods.pruning import highest, mean_cosines
 from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
@@ -75,9 +76,26 @@ def quantize_model(
 ) -> tuple[nn.Module, QuantReport]:
     """Quantize the Linear layers of `model`'s blocks in place by `spec`; return it and a report."""
     entry = QUANTIZERS.entry(spec.scheme)
+<<<<<<< HEAD
     for _, message in quantize_problems(spec, entry.meta, None):
         raise ValueError(message)
     bits = block_bits(model, spec, calibration)
+=======
+    unsupported = {
+        option
+        for option in LAYOUT_OPTIONS - entry.options
+        if getattr(spec, option) != QuantizeSpec.model_fields[option].default
+    }
+    if unsupported:
+        raise ValueError(
+            f"quantization scheme '{spec.scheme}' has a fixed layout; drop {sorted(unsupported)}"
+        )
+    bits = block_bits(model, spec, calibration)
+    if wrong := sorted(set(bits) - entry.bits):
+        raise ValueError(
+            f"quantization scheme '{spec.scheme}' supports bits {sorted(entry.bits)}, not {wrong}"
+        )
+>>>>>>> main
     scheme: Scheme = entry.obj
     kept_bytes = unquantized_bytes(model)
     with torch.no_grad():
@@ -148,7 +166,6 @@ def fake_quantize(weight: Tensor, bits: int, group: int, symmetric: bool) -> Ten
     return ((q - zero) * scale).reshape(weight.shape).to(weight.dtype)
 
 
-@QUANTIZERS.register("rtn", bits=frozenset(range(2, 9)), options=LAYOUT_OPTIONS)
 def rtn(block: nn.Module, bits: int, spec: QuantizeSpec) -> list[QuantizedWeight]:
     """Round-to-nearest fake quantization in place (GPTQ's RTN baseline, Frantar et al., 2023)."""
     weights = []
@@ -159,7 +176,6 @@ def rtn(block: nn.Module, bits: int, spec: QuantizeSpec) -> list[QuantizedWeight
     return weights
 
 
-@QUANTIZERS.register("torchao_int8", bits=frozenset({8}), options=frozenset())
 def torchao_int8(block: nn.Module, bits: int, spec: QuantizeSpec) -> list[QuantizedWeight]:
     """torchao int8 weight-only quantization (Int8WeightOnlyConfig: per-channel, symmetric)."""
     from torchao.quantization import Int8WeightOnlyConfig, quantize_
@@ -169,7 +185,6 @@ def torchao_int8(block: nn.Module, bits: int, spec: QuantizeSpec) -> list[Quanti
     return weights
 
 
-@QUANTIZERS.register("torchao_int4", bits=frozenset({4}), options=LAYOUT_OPTIONS)
 def torchao_int4(block: nn.Module, bits: int, spec: QuantizeSpec) -> list[QuantizedWeight]:
     """torchao int4 weight-only quantization (IntxWeightOnlyConfig, which runs on CPU)."""
     from torchao.quantization import IntxWeightOnlyConfig, MappingType, quantize_
@@ -188,7 +203,6 @@ def torchao_int4(block: nn.Module, bits: int, spec: QuantizeSpec) -> list[Quanti
     return weights
 
 
-@QUANTIZERS.register("quanto", bits=frozenset({2, 4, 8}), options=frozenset())
 def quanto(block: nn.Module, bits: int, spec: QuantizeSpec) -> list[QuantizedWeight]:
     """optimum-quanto weights: qint8 per-channel symmetric; qint4 / qint2 affine, groups of <= 128.
 
@@ -205,7 +219,6 @@ def quanto(block: nn.Module, bits: int, spec: QuantizeSpec) -> list[QuantizedWei
     ]
 
 
-@LAYER_IMPORTANCE.register("cosine")
 def cosine_importance(model: nn.Module, calibration: list[Tensor]) -> list[float]:
     """LIM (Dumitru et al., 2024, LayerwiseQuant): -E_tokens[cos(x_in, x_out)] of each block.
 
@@ -223,7 +236,6 @@ def z_outlier_fraction(block: nn.Module) -> float:
     return float((z > 1).double().mean())
 
 
-@LAYER_IMPORTANCE.register("outliers")
 def outlier_importance(model: nn.Module, calibration: list[Tensor]) -> list[float]:
     """ZD (Dumitru et al., 2024, LayerwiseQuant): -(fraction of weights with z-score > 1).
 
@@ -233,13 +245,11 @@ def outlier_importance(model: nn.Module, calibration: list[Tensor]) -> list[floa
     return [-z_outlier_fraction(block) for block in blocks(model)]
 
 
-@LAYER_IMPORTANCE.register("position")
 def position_importance(model: nn.Module, calibration: list[Tensor]) -> list[float]:
     """Baseline: earlier blocks are more important (importance -index)."""
     return [-float(i) for i in range(len(blocks(model)))]
 
 
-@LAYER_IMPORTANCE.register("random")
 def random_importance(model: nn.Module, calibration: list[Tensor]) -> list[float]:
     """Baseline: a U(0, 1) importance per block from torch's global generator (seeded per trial)."""
     return torch.rand(len(blocks(model))).tolist()

@@ -12,11 +12,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import field
 from functools import partial
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from torch import Tensor, nn
 from transformers import (
     AutoConfig,
@@ -29,10 +28,17 @@ from transformers import initialization as init
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from harness.methods.norms import NormRole
+<<<<<<< HEAD
 from harness.methods.placement import InitProfile, SublayerNorms, init_recipe
 from harness.registry import MODELS, NORM_PLACEMENTS, NORM_TYPES, Entry
 from harness.spec.constraints import BlockShape
 from harness.spec.schema import NormSpec, StrictModel
+=======
+from harness.methods.placement import SublayerNorms, init_recipe
+from harness.models.catalog import GPTSpec, check_heads
+from harness.registry import NORM_PLACEMENTS, NORM_TYPES, Entry
+from harness.spec.schema import NormSpec
+>>>>>>> main
 
 ROPE_BASE = 10000.0
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -52,40 +58,7 @@ def default_d_ff(d_model: int, mlp: str) -> int:
     return 4 * d_model
 
 
-def check_heads(d_model: int, n_heads: int, n_kv_heads: int | None, pos: str) -> None:
-    """Raise ValueError unless the attention heads fit the model width."""
-    if d_model % n_heads:
-        raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-    if n_kv_heads is not None and n_heads % n_kv_heads:
-        raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads})")
-    if pos == "rope" and (d_model // n_heads) % 2:
-        raise ValueError(f"rope needs an even head dimension, got {d_model // n_heads}")
-
-
-class GPTSpec(StrictModel):
-    """The `gpt` model section of a suite (SPEC 3)."""
-
-    type: Literal["gpt"] = "gpt"
-    n_layers: PositiveInt = 6
-    d_model: PositiveInt = 128
-    n_heads: PositiveInt = 4
-    n_kv_heads: PositiveInt | None = None
-    d_ff: PositiveInt | None = None
-    max_seq_len: PositiveInt = 256
-    pos: Literal["rope", "learned"] = "rope"
-    mlp: Literal["swiglu", "gelu", "relu"] = "swiglu"
-    tie_embeddings: bool = True
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    init_std: PositiveFloat = 0.02
-    init: InitProfile = "gpt2"
-    """gpt2: normal(0, init_std), residual outputs / sqrt(2 n_layers); paper: the norm
-    placement's authors' init where it differs (`Placement.paper_init`), else gpt2."""
-    bias: bool = False
-
-    @model_validator(mode="after")
-    def _heads_fit(self) -> GPTSpec:
-        check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.pos)
-        return self
+SPEC, NORM = GPTSpec.model_fields, NormSpec.model_fields
 
 
 class GPTConfig(PreTrainedConfig):
@@ -103,27 +76,28 @@ class GPTConfig(PreTrainedConfig):
         "initializer_range": "init_std",
     }
 
+    # The defaults are GPTSpec's and NormSpec's (written once, there).
     vocab_size: int = 256
-    n_layers: int = 6
-    d_model: int = 128
-    n_heads: int = 4
-    n_kv_heads: int | None = None
-    d_ff: int | None = None
-    max_seq_len: int = 256
-    pos: str = "rope"
-    mlp: str = "swiglu"
-    tie_embeddings: bool = True
-    dropout: float = 0.0
-    init_std: float = 0.02
-    init: str = "gpt2"
-    bias: bool = False
-    norm_placement: str = "pre"
-    norm_type: str = "layernorm"
-    norm_eps: float = 1e-5
+    n_layers: int = SPEC["n_layers"].default
+    d_model: int = SPEC["d_model"].default
+    n_heads: int = SPEC["n_heads"].default
+    n_kv_heads: int | None = SPEC["n_kv_heads"].default
+    d_ff: int | None = SPEC["d_ff"].default
+    max_seq_len: int = SPEC["max_seq_len"].default
+    pos: str = SPEC["pos"].default
+    mlp: str = SPEC["mlp"].default
+    tie_embeddings: bool = SPEC["tie_embeddings"].default
+    dropout: float = SPEC["dropout"].default
+    init_std: float = SPEC["init_std"].default
+    init: str = SPEC["init"].default
+    bias: bool = SPEC["bias"].default
+    norm_placement: str = NORM["placement"].default
+    norm_type: str = NORM["type"].default
+    norm_eps: float = NORM["eps"].default
     norm_params: dict[str, Any] = field(default_factory=dict)
-    qk_norm: bool = False
-    final_norm: bool | None = None
-    embed_norm: bool | None = None
+    qk_norm: bool = NORM["qk_norm"].default
+    final_norm: bool | None = NORM["final_norm"].default
+    embed_norm: bool | None = NORM["embed_norm"].default
     use_cache: bool = False
 
     def __post_init__(self, **kwargs: Any) -> None:
@@ -286,14 +260,14 @@ class GPT(PreTrainedModel, GenerationMixin):
             config.norm_placement, config.norm_type, config.norm_params
         )
         norm_type = NORM_TYPES.entry(config.norm_type)
-        if norm_type.meta.get("model_width", False):
+        if norm_type.model_width:
             norm_params["model_width"] = config.d_model
         make_norm = partial(norm_type.obj, eps=config.norm_eps, **norm_params)
         self.residual_scaling = init_recipe(config.norm_placement, config.init).residual_scaling
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         learned = config.pos == "learned"
         self.embed_positions = nn.Embedding(config.max_seq_len, config.d_model) if learned else None
-        sqrt_d, scaled = math.sqrt(config.d_model), norm_type.meta.get("scale_embeddings", False)
+        sqrt_d, scaled = math.sqrt(config.d_model), norm_type.scale_embeddings
         self.embed_scale = nn.Parameter(torch.full((1,), sqrt_d)) if scaled else None
         self.embed_norm = make_norm(config.d_model, "embed") if config.embed_norm else nn.Identity()
         self.dropout = nn.Dropout(config.dropout)
@@ -380,6 +354,7 @@ def causal_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
     )
 
 
+<<<<<<< HEAD
 def block_shape(spec: GPTSpec) -> BlockShape:
     """`n_layers` blocks whose Linear layers read d_model (attention, MLP in) or d_ff (MLP out)."""
     d_ff = spec.d_ff or default_d_ff(spec.d_model, spec.mlp)
@@ -387,6 +362,8 @@ def block_shape(spec: GPTSpec) -> BlockShape:
 
 
 @MODELS.register("gpt", params=GPTSpec, shape=block_shape)
+=======
+>>>>>>> main
 def build_gpt(spec: GPTSpec, norm: NormSpec, vocab_size: int) -> GPT:
     """The built-in decoder-only transformer (nanoGPT-style GPT-2 with configurable norms)."""
     config = GPTConfig(

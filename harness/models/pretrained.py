@@ -10,10 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
-from pydantic import Field
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -23,8 +21,7 @@ from transformers import (
 )
 
 from harness.cache import SMOLLM2, DataMissingError, Package, cache_dir
-from harness.registry import MODELS
-from harness.spec.schema import StrictModel
+from harness.models.catalog import PretrainedSpec
 
 
 @dataclass(frozen=True)
@@ -41,15 +38,6 @@ PACKAGED = {
         SMOLLM2, "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"
     ),
 }
-
-
-class PretrainedSpec(StrictModel):
-    """A model section of type `pretrained`."""
-
-    type: Literal["pretrained"] = "pretrained"
-    source: str = Field(min_length=1)
-    revision: str | None = None
-    dtype: Literal["fp32", "bf16"] = "fp32"
 
 
 @dataclass
@@ -116,12 +104,3 @@ def load_pretrained(spec: PretrainedSpec) -> LoadedModel:
     model = AutoModelForCausalLM.from_pretrained(location, revision=spec.revision, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(location, revision=spec.revision)
     return LoadedModel(model.eval(), tokenizer, time.perf_counter() - started)
-
-
-MODELS.add(
-    "pretrained",
-    load_pretrained,
-    params=PretrainedSpec,
-    doc="A pretrained causal LM (packaged, local folder, GGUF file or hub id), evaluated as is.",
-    pretrained=True,
-)

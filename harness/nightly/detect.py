@@ -32,6 +32,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
+from harness.records import DONE
 from harness.spec.schema import RegressionSpec
 
 Direction = Literal["min", "max"]
@@ -268,7 +269,7 @@ def status_changes(current: RunValues, previous: RunValues) -> list[Finding]:
         seeds = {
             str(seed): [before[seed], status]
             for seed, status in sorted(statuses.items())
-            if before.get(seed) == "done" and status != "done"
+            if before.get(seed) == DONE and status != DONE
         }
         if seeds:
             findings.append(

@@ -20,12 +20,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from harness.env import cpu_model, git_commit, package_versions
 from harness.nightly.detect import Finding, Key, PastAlert, RunValues, detect
 from harness.ranking import TrialOutcome, metric_value, select_tuned
 from harness.ranking.suite import declared_ranking
+from harness.records import FAILED_STATUSES, PlannedTrial
 from harness.registry import METRICS
-from harness.runner.env import cpu_model, git_commit, package_versions
-from harness.runner.plan import PlannedTrial, plan_suite
+from harness.runner.plan import plan_suite
 from harness.spec import Suite
 from harness.store.db import StoreLedger, finite
 from harness.store.models import Alert, SuiteRun
@@ -42,7 +43,6 @@ from harness.store.nightly import (
 )
 
 Executor = Callable[[list[PlannedTrial], StoreLedger, threading.Event], None]
-FAILED = ("failed", "timeout")
 HISTORY_RUNS_PER_WINDOW = 4  # how many windows of earlier runs detection reads
 
 
@@ -203,7 +203,7 @@ def exit_code(outcomes: Sequence[SuiteOutcome]) -> int:
     fresh = [o for o in outcomes if o.skipped is None]
     if any(a.kind in ("regression", "status") for o in fresh for a in o.alerts):
         return 3
-    if any(o.statuses.get(status) for o in fresh for status in FAILED):
+    if any(o.statuses.get(status) for o in fresh for status in FAILED_STATUSES):
         return 1
     return 0
 

@@ -126,7 +126,9 @@ def findings(
     ]
     directional = [i for i, c in enumerate(pending) if claims[c.claim].direction != "tie"]
     tested = [i for i in directional if pending[i].p is not None]
-    adjusted = dict(zip(tested, map(float, holm([pending[i].p for i in tested])), strict=True))
+    adjusted = dict(
+        zip(tested, map(float, holm([float(pending[i].p or 0.0) for i in tested])), strict=True)
+    )
     checks = [_decide(claims[c.claim], c, adjusted.get(i), alpha) for i, c in enumerate(pending)]
     return [
         _finding(

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.ranking.records import Ranking, RankRow
 from harness.ranking.stats import CONFIDENCE_LEVEL
+
+if TYPE_CHECKING:
+    from harness.ranking.findings import RecipeCheck
 
 EMPTY = "\u2013"  # an en dash
 NEVER = "never"
@@ -230,7 +233,7 @@ def findings_table(ranking: Ranking) -> Table | None:
         else:
             overall_text = overall
         several = len({check.task for check in finding.checks}) > 1
-        checks = finding.checks or [None]
+        checks: list[RecipeCheck | None] = list(finding.checks) or [None]
         for position, check in enumerate(checks):
             lead = position == 0
             cells = [

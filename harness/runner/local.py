@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Protocol
 
+from harness.records import PlannedTrial, TrialResult
 from harness.registry import all_modules
-from harness.runner.plan import PlannedTrial
-from harness.runner.results import TrialResult
 
 HEARTBEAT_EVERY_S = 10.0
 KILL_GRACE_S = 60.0

@@ -8,31 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
-from harness.methods.optimizers import resolved_optimizer
-from harness.registry import MODELS, TASKS, Registry
-from harness.runner.env import package_versions
-from harness.spec.resolve import trial_settings
+from pydantic import BaseModel
+
+from harness.env import cuda_available, package_versions
+from harness.records import PlannedTrial
+from harness.registry import MODELS, TASKS, Entry, ModelEntry, Registry, TaskEntry, suggest
+from harness.spec.resolve import (
+    matrix_cells,
+    resolve_precision,
+    resolved_optimizer,
+    trial_settings,
+)
 from harness.spec.schema import Suite
-
-
-@dataclass(frozen=True)
-class PlannedTrial:
-    key: str
-    suite: str
-    method: str
-    model: str
-    task: str
-    seed: int
-    sweep: dict[str, Any]
-    config: dict[str, Any]
-
-    @property
-    def label(self) -> str:
-        point = ",".join(f"{k}={v}" for k, v in self.sweep.items())
-        return f"{self.method}{f'[{point}]' if point else ''}/{self.model}/{self.task}/s{self.seed}"
 
 
 def canonical(value: Any) -> str:
@@ -50,37 +39,24 @@ def trial_key(identity: dict[str, Any], config: dict[str, Any], fingerprint: str
     return hashlib.sha256(canonical(payload).encode()).hexdigest()
 
 
-def matrix_cells(suite: Suite) -> list[tuple[str, str, str]]:
-    """(method, model, task) for every cell of the matrix, in suite order, without repeats."""
-    entries = suite.matrix or [
-        {"methods": list(suite.methods), "models": list(suite.models), "tasks": list(suite.tasks)}
-    ]
-    cells: dict[tuple[str, str, str], None] = {}
-    for entry in entries:
-        spec = entry if isinstance(entry, dict) else entry.model_dump()
-        for method in spec["methods"]:
-            for model in spec["models"]:
-                for task in spec["tasks"]:
-                    cells[(method, model, task)] = None
-    return list(cells)
-
-
 def plan_suite(suite: Suite) -> list[PlannedTrial]:
     """Every trial of a (validated) suite, in a stable order: cell, sweep point, seed."""
     models = {name: resolved(MODELS, spec) for name, spec in suite.models.items()}
     tasks = {name: resolved(TASKS, spec) for name, spec in suite.tasks.items()}
     fingerprints = {name: task_fingerprint(spec) for name, spec in tasks.items()}
     settings_of = {name: trial_settings(suite, name) for name in suite.methods}
+    cuda = cuda_available()
     trials = []
     for method, model, task in matrix_cells(suite):
         for point, settings in settings_of[method]:
             for seed in suite.seeds:
                 resolved_settings = settings.model_dump(mode="json")
                 resolved_settings["optimizer"] = resolved_optimizer(
-                    resolved_settings["optimizer"], settings.device
+                    resolved_settings["optimizer"], settings.device, cuda
                 )
                 config = {
                     **resolved_settings,
+                    "precision": resolve_precision(settings.precision, settings.device, cuda),
                     "model": models[model],
                     "task": tasks[task],
                     "seed": seed,
@@ -94,12 +70,56 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
     return trials
 
 
-def resolved(registry: Registry[Any], spec: dict[str, Any]) -> dict[str, Any]:
+def resolved(
+    registry: Registry[ModelEntry] | Registry[TaskEntry], spec: dict[str, Any]
+) -> dict[str, Any]:
     """A model or task section with every default filled in."""
-    return registry.entry(spec["type"]).params.model_validate(spec).model_dump(mode="json")
+    return section(registry.entry(spec["type"]), spec).model_dump(mode="json")
+
+
+def section(entry: Entry[Any], spec: dict[str, Any]) -> BaseModel:
+    """A model or task section validated by its entry's schema."""
+    if entry.params is None:
+        raise TypeError(f"{entry.family} '{entry.name}' declares no schema for its section")
+    return entry.params.model_validate(spec)
 
 
 def task_fingerprint(spec: dict[str, Any]) -> str:
     """The task's data fingerprint (cheap: it hashes files, it does not tokenize)."""
     entry = TASKS.entry(spec["type"])
-    return entry.obj.fingerprint(entry.params.model_validate(spec))
+    return entry.fingerprint(section(entry, spec))
+
+
+ONLY_FIELDS = ("method", "model", "task", "seed")
+
+
+class SelectionError(ValueError):
+    """An `--only` filter that is malformed or names something the suite's plan lacks."""
+
+
+def select_trials(trials: list[PlannedTrial], only: str) -> list[PlannedTrial]:
+    """The trials whose FIELD is one of the names of `only` = "FIELD=NAME[,NAME...]".
+
+    Names match exactly (model=gpt-12l never selects gpt-12l-untied); a name the plan does not
+    have raises SelectionError with the closest known name.
+    """
+    field, sep, values = only.partition("=")
+    field, names = field.strip(), [name.strip() for name in values.split(",")]
+    if field not in ONLY_FIELDS or not sep or not all(names):
+        raise SelectionError(
+            f"--only expects FIELD=NAME[,NAME] with FIELD one of {', '.join(ONLY_FIELDS)}: {only!r}"
+        )
+    known = list(dict.fromkeys(str(getattr(trial, field)) for trial in trials))
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SelectionError(f"--only {only}: {unknown_names(field, unknown, known)}")
+    return [trial for trial in trials if str(getattr(trial, field)) in names]
+
+
+def unknown_names(field: str, unknown: list[str], known: list[str]) -> str:
+    """The message: unknown model 'x' (did you mean 'y'?); this suite's models: a, b."""
+    shown = []
+    for name in unknown:
+        close = suggest(name, known)
+        shown.append(f"'{name}'" + (f" (did you mean '{close}'?)" if close else ""))
+    return f"unknown {field} {', '.join(shown)}; this suite's {field}s: {', '.join(known)}"

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from harness.records import PlannedTrial, TrialResult
 from harness.runner.local import (
     HEARTBEAT_EVERY_S,
     KILL_GRACE_S,
@@ -25,8 +26,6 @@ from harness.runner.local import (
     claim_next,
     record,
 )
-from harness.runner.plan import PlannedTrial
-from harness.runner.results import TrialResult
 from harness.spec.schema import ResourcesSpec
 
 if TYPE_CHECKING:
@@ -140,7 +139,7 @@ def drive(
     task = ray.remote(max_calls=1, retry_exceptions=False)(ray_trial)
     starts = Queue(actor_options={"num_cpus": 0})
     pending = deque(trials)
-    active: dict[ObjectRef, Submitted] = {}
+    active: dict[ObjectRef[TrialResult], Submitted] = {}
     results: dict[str, TrialResult] = {}
     try:
         while pending or active:
@@ -165,16 +164,19 @@ def drive(
     return results
 
 
-def outcome(ray: Any, ref: ObjectRef) -> TrialResult:
+def outcome(ray: Any, ref: ObjectRef[TrialResult]) -> TrialResult:
     """The task's result, or `failed` with Ray's error (a crash after the last retry, a code
     exception, a cancelled task)."""
     try:
-        return ray.get(ref)
+        result: TrialResult = ray.get(ref)
+        return result
     except ray.exceptions.RayError as error:
         return TrialResult("failed", error=f"ray: {type(error).__name__}: {error}")
 
 
-def note_starts(starts: Queue, active: dict[ObjectRef, Submitted], ledger: RetryLedger) -> None:
+def note_starts(
+    starts: Queue, active: dict[ObjectRef[TrialResult], Submitted], ledger: RetryLedger
+) -> None:
     """Each start of a task after its first is Ray retrying a crash: one more attempt in SQL."""
     size = starts.qsize()
     if not size:
@@ -193,7 +195,7 @@ def note_starts(starts: Queue, active: dict[ObjectRef, Submitted], ledger: Retry
 
 def keep_alive(
     ray: Any,
-    active: dict[ObjectRef, Submitted],
+    active: dict[ObjectRef[TrialResult], Submitted],
     ledger: Ledger,
     progress: Progress,
     results: dict[str, TrialResult],

@@ -25,12 +25,21 @@ from torch import nn
 
 from harness.cache import DataMissingError
 from harness.diagnostics import StepProbe, diagnostic_inputs, hidden_state_stats
+from harness.env import cpu_model, git_commit, package_versions
 from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
-from harness.registry import MODELS, SCHEDULES, TASKS
-from harness.runner.env import cpu_model, git_commit, package_versions
+from harness.records import LayerStat, SeriesPoint, Status, TrialResult
+from harness.registry import (
+    MODELS,
+    SCHEDULES,
+    TASKS,
+    EvalTaskEntry,
+    PretrainedModelEntry,
+    TrainTaskEntry,
+)
+from harness.runner.plan import section
 from harness.runner.posttrain import compress
-from harness.runner.results import LayerStat, SeriesPoint, Status, TrialResult
+from harness.spec.resolve import resolve_precision
 from harness.spec.schema import TrialSettings
 from harness.tasks.base import Batch, Task
 from harness.tasks.corpora import ModelTokenizer
@@ -114,22 +123,27 @@ class Trial:
 
 
 def prepare(config: dict[str, Any]) -> TrialSettings:
-    """Import the suite's plugins, seed everything, and validate the trial's settings."""
+    """Import the suite's plugins, seed everything, and validate the trial's settings
+    (`precision: auto` resolved for this machine if the config was not planned)."""
     for module in config.get("plugins", []):
         importlib.import_module(module)
     seed_everything(config["seed"])
-    return TrialSettings.model_validate(
+    settings = TrialSettings.model_validate(
         {name: config[name] for name in TrialSettings.model_fields if name in config}
     )
+    precision = resolve_precision(settings.precision, settings.device, torch.cuda.is_available())
+    return settings.model_copy(update={"precision": precision})
 
 
 def build(config: dict[str, Any], settings: TrialSettings) -> Trial:
     """The task, model, optimizer and schedule of a training trial."""
     device = resolve_device(settings.device)
     task_entry = TASKS.entry(config["task"]["type"])
-    task = task_entry.obj(task_entry.params.model_validate(config["task"]))
     model_entry = MODELS.entry(config["model"]["type"])
-    model_spec = model_entry.params.model_validate(config["model"])
+    if not isinstance(task_entry, TrainTaskEntry) or isinstance(model_entry, PretrainedModelEntry):
+        raise TypeError("a training trial needs a trainable model and a training task")
+    task = task_entry.obj(section(task_entry, config["task"]))
+    model_spec = section(model_entry, config["model"])
     model = model_entry.obj(model_spec, settings.norm, task.vocab_size).to(device)
     optimizer = make_optimizer(model, settings.optimizer)
     train = settings.train
@@ -236,7 +250,7 @@ def run_trial(config: dict[str, Any], report: Report | None = None) -> TrialResu
     report = report or (lambda step, total, loss: None)
     try:
         settings = prepare(config)
-        if MODELS.entry(config["model"]["type"]).meta.get("pretrained"):
+        if isinstance(MODELS.entry(config["model"]["type"]), PretrainedModelEntry):
             result.final = evaluate_pretrained(config, settings, result, clock)
         else:
             result.final = train_and_evaluate(config, settings, result, clock, report)
@@ -306,12 +320,14 @@ def evaluate_pretrained(
     device = resolve_device(settings.device)
     result.environment = environment(device)
     model_entry = MODELS.entry(config["model"]["type"])
-    loaded = model_entry.obj(model_entry.params.model_validate(config["model"]))
-    model = loaded.model.to(device)
     task_entry = TASKS.entry(config["task"]["type"])
-    task = task_entry.obj(
-        task_entry.params.model_validate(config["task"]), ModelTokenizer(loaded.tokenizer)
-    )
+    if not isinstance(model_entry, PretrainedModelEntry) or not isinstance(
+        task_entry, EvalTaskEntry
+    ):
+        raise TypeError("an evaluation trial needs a pretrained model and an evaluation task")
+    loaded = model_entry.obj(section(model_entry, config["model"]))
+    model = loaded.model.to(device)
+    task = task_entry.obj(section(task_entry, config["task"]), ModelTokenizer(loaded.tokenizer))
     started = time.perf_counter()
     compressing = settings.prune is not None or settings.quantize is not None
     samples = settings.prune.calibration_samples if settings.prune else 32

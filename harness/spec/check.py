@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ from harness.registry import (
     SCHEDULES,
     TASKS,
     Entry,
+    EvalTaskEntry,
+    PretrainedModelEntry,
     Registry,
     UnknownNameError,
     suggest,
@@ -37,7 +39,7 @@ from harness.spec.loader import (
     unknown_name_problem,
     validated,
 )
-from harness.spec.resolve import ResolveError, trial_settings
+from harness.spec.resolve import ResolveError, matrix_cells, trial_settings
 from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec, Suite, TrialSettings
 
 CORE_FIELDS = {"norm": NormSpec.model_fields, "optimizer": OptimizerSpec.model_fields}
@@ -81,7 +83,7 @@ def check_rank(suite: Suite, locator: Locator) -> Iterator[Problem]:
     """`rank` and `regression` name registered metrics; a per-task target names the suite's
     tasks."""
     rank, target = suite.rank, suite.rank.target
-    metrics = [(("rank", "metric"), rank.metric)]
+    metrics: list[tuple[Loc, str]] = [(("rank", "metric"), rank.metric)]
     metrics += [(("rank", "tune_metric"), rank.tune_metric)] if rank.tune_metric else []
     metrics += [(("rank", "target", "metric"), target.metric)] if target else []
     metrics += [(("regression", "metrics", i), m) for i, m in enumerate(suite.regression.metrics)]
@@ -91,14 +93,15 @@ def check_rank(suite: Suite, locator: Locator) -> Iterator[Problem]:
         for task in target.value:
             if task not in suite.tasks:
                 known = ", ".join(suite.tasks)
-                loc = ("rank", "target", "value", task)
-                yield locator.problem(loc, f"unknown task '{task}' (tasks: {known})")
+                yield locator.problem(
+                    ("rank", "target", "value", task), f"unknown task '{task}' (tasks: {known})"
+                )
 
 
 def check_claim(suite: Suite, index: int, locator: Locator) -> Iterator[Problem]:
     """An `expect` claim names two defined methods, a registered metric, and recipes (models)
     on which both methods run on some task."""
-    from harness.runner.plan import matrix_cells
+    from harness.spec.resolve import matrix_cells
 
     claim, loc = suite.expect[index], ("expect", index)
     for field, name in [("method", claim.method), ("than", claim.than)]:
@@ -161,11 +164,12 @@ def check_typed_sections(
 def check_references(suite: Suite, locator: Locator) -> Iterator[Problem]:
     """Matrix entries and the baseline must name defined methods, models and tasks."""
     for index, entry in enumerate(suite.matrix or []):
-        for field, defined in [
+        sections: list[tuple[str, Mapping[str, object]]] = [
             ("methods", suite.methods),
             ("models", suite.models),
             ("tasks", suite.tasks),
-        ]:
+        ]
+        for field, defined in sections:
             for position, name in enumerate(getattr(entry, field)):
                 if name not in defined:
                     yield undefined(
@@ -177,17 +181,18 @@ def check_references(suite: Suite, locator: Locator) -> Iterator[Problem]:
 
 def check_combinations(suite: Suite, locator: Locator) -> Iterator[Problem]:
     """Pairs that cannot run: training a pretrained model, evaluating an untrained one."""
-    from harness.runner.plan import matrix_cells
-
     reported: set[tuple[str, ...]] = set()
     for method, model, task in matrix_cells(suite):
         if method not in suite.methods or model not in suite.models or task not in suite.tasks:
             continue  # reported by check_references
-        model_type, task_type = suite.models[model].get("type"), suite.tasks[task].get("type")
+        model_type, task_type = (
+            str(suite.models[model].get("type")),
+            str(suite.tasks[task].get("type")),
+        )
         if model_type not in MODELS or task_type not in TASKS:
             continue
-        pretrained = MODELS.entry(model_type).meta.get("pretrained", False)
-        eval_only = TASKS.entry(task_type).meta.get("eval_only", False)
+        pretrained = isinstance(MODELS.entry(model_type), PretrainedModelEntry)
+        eval_only = isinstance(TASKS.entry(task_type), EvalTaskEntry)
         if pretrained and not eval_only and (model, task) not in reported:
             reported.add((model, task))
             yield locator.problem(
@@ -210,7 +215,9 @@ def check_combinations(suite: Suite, locator: Locator) -> Iterator[Problem]:
             )
 
 
-def undefined(locator: Locator, loc: Loc, field: str, name: str, defined: dict) -> Problem:
+def undefined(
+    locator: Locator, loc: Loc, field: str, name: str, defined: Mapping[str, object]
+) -> Problem:
     error = UnknownNameError(field[:-1], name, sorted(defined))
     hint = f"; did you mean '{error.suggestion}'?" if error.suggestion else ""
     return locator.problem(loc, f"'{name}' is not defined in `{field}`{hint}")
@@ -251,24 +258,39 @@ def check_settings(
     settings: TrialSettings, where: Callable[[Loc], Loc], locator: Locator
 ) -> Iterator[Problem]:
     """Names in the resolved settings exist, and method parameters fit their schemas."""
-    for loc, registry, value in [
+    names: list[tuple[Loc, Registry[Any], str]] = [
         (("norm", "placement"), NORM_PLACEMENTS, settings.norm.placement),
         (("norm", "type"), NORM_TYPES, settings.norm.type),
         (("optimizer", "name"), OPTIMIZERS, settings.optimizer.name),
         (("train", "schedule"), SCHEDULES, settings.train.schedule),
-    ]:
+    ]
+    for loc, registry, value in names:
         yield from lookup(registry, value, where(loc), locator)
-    for section, registries in [
+    sections: list[tuple[str, list[tuple[Registry[Any], str]]]] = [
         ("norm", [(NORM_PLACEMENTS, settings.norm.placement), (NORM_TYPES, settings.norm.type)]),
         ("optimizer", [(OPTIMIZERS, settings.optimizer.name)]),
-    ]:
+    ]
+    for section, registries in sections:
         extras = getattr(settings, section).model_extra or {}
         yield from check_extras(section, extras, registries, where, locator)
+<<<<<<< HEAD
     yield from check_post_training(settings, None, where, locator)
     if settings.quantize is not None and settings.quantize.layerwise is not None:
         importance = settings.quantize.layerwise.importance
         loc = where(("quantize", "layerwise", "importance"))
         yield from lookup(LAYER_IMPORTANCE, importance, loc, locator)
+=======
+    if settings.prune is not None:
+        yield from lookup(PRUNING, settings.prune.criterion, where(("prune", "criterion")), locator)
+    if settings.quantize is not None:
+        yield from lookup(
+            QUANTIZERS, settings.quantize.scheme, where(("quantize", "scheme")), locator
+        )
+        if settings.quantize.layerwise is not None:
+            importance = settings.quantize.layerwise.importance
+            where_importance = where(("quantize", "layerwise", "importance"))
+            yield from lookup(LAYER_IMPORTANCE, importance, where_importance, locator)
+>>>>>>> main
     if settings.optimizer.layerwise is not None:
         yield from check_layerwise(settings.optimizer.layerwise, where, locator)
 

@@ -6,7 +6,7 @@ import copy
 import itertools
 from typing import Any
 
-from harness.spec.schema import MethodSpec, Suite, TrialSettings
+from harness.spec.schema import MatrixEntry, MethodSpec, Suite, TrialSettings
 
 METHOD_ONLY_FIELDS = {"extends", "description", "sweep"}
 
@@ -64,7 +64,8 @@ def sweep_points(sweep: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """Every point of the grid over the swept fields; `[{}]` when nothing is swept."""
     keys = sorted(sweep)
     return [
-        dict(zip(keys, values, strict=True)) for values in itertools.product(*map(sweep.get, keys))
+        dict(zip(keys, values, strict=True))
+        for values in itertools.product(*(sweep[key] for key in keys))
     ]
 
 
@@ -96,3 +97,47 @@ def trial_settings(suite: Suite, name: str) -> list[tuple[dict[str, Any], TrialS
         (point, TrialSettings.model_validate(with_point(settings, point)))
         for point in sweep_points(sweep)
     ]
+
+
+def matrix_cells(suite: Suite) -> list[tuple[str, str, str]]:
+    """(method, model, task) for every cell of the matrix, in suite order, without repeats."""
+    entries = suite.matrix or [
+        MatrixEntry(methods=list(suite.methods), models=list(suite.models), tasks=list(suite.tasks))
+    ]
+    cells: dict[tuple[str, str, str], None] = {}
+    for entry in entries:
+        for method in entry.methods:
+            for model in entry.models:
+                for task in entry.tasks:
+                    cells[(method, model, task)] = None
+    return list(cells)
+
+
+def runs_on_cuda(device: str, cuda: bool) -> bool:
+    """Whether a trial with `device` runs on a GPU; `cuda`: whether `device: auto` finds one."""
+    return device.startswith("cuda") or (device == "auto" and cuda)
+
+
+def resolve_precision(precision: str, device: str, cuda: bool) -> str:
+    """`auto` is bf16 on a CUDA device and fp32 on the CPU (so CPU results stay comparable with
+    those stored before); `cuda` says whether `device: auto` finds a GPU. Others are kept."""
+    if precision != "auto":
+        return precision
+    return "bf16" if runs_on_cuda(device, cuda) else "fp32"
+
+
+def resolve_ns_dtype(ns_dtype: str, device: str, cuda: bool) -> str:
+    """Muon's `ns_dtype: auto`: bfloat16 on a CUDA device, float32 on the CPU, where bfloat16
+    matmuls are ~20x slower; others are kept."""
+    if ns_dtype != "auto":
+        return ns_dtype
+    return "bfloat16" if runs_on_cuda(device, cuda) else "float32"
+
+
+def resolved_optimizer(optimizer: dict[str, Any], device: str, cuda: bool) -> dict[str, Any]:
+    """A trial's optimizer section with Muon's `ns_dtype: auto` resolved for the trial's device,
+    so that the value that runs is the value in the trial config (and its key)."""
+    if optimizer.get("name") != "muon":
+        return optimizer
+    ns_dtype = resolve_ns_dtype(optimizer.get("ns_dtype", "auto"), device, cuda)
+    return optimizer | {"ns_dtype": ns_dtype}

@@ -85,7 +85,10 @@ class TrainSpec(StrictModel):
     diagnostics: bool = True  # layerwise statistics at every evaluation (SPEC 5.7)
 
 
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+InitProfile = Literal["gpt2", "paper"]
+"""gpt2: GPT-2's init; paper: the norm placement's authors' init where it differs."""
+"""`auto`: bf16 on CUDA, fp32 on the CPU; planning writes the resolved value into the trial."""
 
 
 class PruneSpec(StrictModel):
@@ -127,7 +130,7 @@ class TrialSettings(StrictModel):
     """What `defaults` and each method may set; the resolved trial is one of these."""
 
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
-    precision: Precision = "fp32"
+    precision: Precision = "auto"
     time_limit_s: PositiveFloat = 900.0
     train: TrainSpec = TrainSpec()
     optimizer: OptimizerSpec = OptimizerSpec()

@@ -21,9 +21,8 @@ from sqlalchemy import Engine, create_engine, delete, event, insert, select, upd
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from harness.runner.env import git_commit
-from harness.runner.plan import PlannedTrial
-from harness.runner.results import FINAL_STATUSES, RETRYABLE_STATUSES, TrialResult
+from harness.env import git_commit
+from harness.records import FAILED_STATUSES, FINAL_STATUSES, PlannedTrial, TrialResult
 from harness.store.models import (
     ExampleOutcome,
     LayerStatistic,
@@ -220,7 +219,7 @@ class StoreLedger:
     def claimable(self, status: str, claimed_by: str | None, heartbeat_at: datetime | None) -> bool:
         if status == "running":
             return not claimant_alive(claimed_by, heartbeat_at)
-        if status in RETRYABLE_STATUSES and self.retry_failed:
+        if status in FAILED_STATUSES and self.retry_failed:
             return True
         return status not in FINAL_STATUSES or self.force
 

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
-from harness.runner.env import git_commit
+from harness.env import git_commit
 from harness.store.db import now
 from harness.store.models import Alert, SuiteRun, Trial
 from harness.store.queries import stored_outcomes

@@ -10,20 +10,19 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+from harness.records import FINAL_STATUSES
 from harness.store.models import ExampleOutcome, MetricPoint, Result, SuiteRun, Trial
+from harness.utils import chunks
 
 CHUNK = 500
 
 
 def trial_statuses(engine: Engine, keys: Iterable[str]) -> dict[str, str]:
     """Stored status by trial key (keys never stored are absent)."""
-    keys = list(keys)
     found: dict[str, str] = {}
     with Session(engine) as session:
-        for start in range(0, len(keys), CHUNK):
-            rows = session.execute(
-                select(Trial.key, Trial.status).where(Trial.key.in_(keys[start : start + CHUNK]))
-            )
+        for chunk in chunks(keys, CHUNK):
+            rows = session.execute(select(Trial.key, Trial.status).where(Trial.key.in_(chunk)))
             found.update({row.key: row.status for row in rows})
     return found
 
@@ -31,13 +30,23 @@ def trial_statuses(engine: Engine, keys: Iterable[str]) -> dict[str, str]:
 def unlogged_count(engine: Engine, suite: str) -> int:
     """Finished trials of a suite not yet logged to MLflow."""
     with Session(engine) as session:
-        return session.scalar(
+        count = session.scalar(
             select(func.count()).where(
                 Trial.suite == suite,
                 Trial.mlflow_run_id.is_(None),
-                Trial.status.in_(["done", "diverged", "failed", "timeout"]),
+                Trial.status.in_(FINAL_STATUSES),
             )
         )
+    return count or 0
+
+
+def status_counts(engine: Engine) -> list[tuple[str, str, int]]:
+    """(suite, status, number of trials) for every stored suite and status, sorted."""
+    with Session(engine) as session:
+        rows = session.execute(
+            select(Trial.suite, Trial.status, func.count()).group_by(Trial.suite, Trial.status)
+        )
+        return sorted((suite, status, count) for suite, status, count in rows)
 
 
 OUTCOME_COLUMNS = (
@@ -60,14 +69,13 @@ def stored_outcomes(
 
     Only the columns ranking needs are read (not configs or environments), so a leaderboard
     of thousands of trials loads quickly."""
-    keys = list(keys)
     records = []
     with Session(engine) as session:
-        for start in range(0, len(keys), CHUNK):
+        for chunk in chunks(keys, CHUNK):
             trials = session.execute(
                 select(*OUTCOME_COLUMNS).where(
-                    Trial.key.in_(keys[start : start + CHUNK]),
-                    Trial.status.in_(["done", "diverged", "failed", "timeout"]),
+                    Trial.key.in_(chunk),
+                    Trial.status.in_(FINAL_STATUSES),
                 )
             ).all()
             metrics: dict[int, dict[str, float]] = defaultdict(dict)
@@ -140,15 +148,14 @@ def example_outcomes(
     window's bytes under `harness.tasks.base.weight_name(metric)`. A value stored as NULL (not
     finite) reads as NaN; trials without outcomes are absent. Reads only these four columns.
     """
-    keys = list(trial_keys)
     outcomes: dict[str, dict[str, dict[str, float]]] = {}
-    for start in range(0, len(keys), CHUNK):
+    for chunk in chunks(trial_keys, CHUNK):
         rows = session.execute(
             select(
                 Trial.key, ExampleOutcome.metric, ExampleOutcome.example_id, ExampleOutcome.value
             )
             .join(Trial, Trial.id == ExampleOutcome.trial_id)
-            .where(Trial.key.in_(keys[start : start + CHUNK]))
+            .where(Trial.key.in_(chunk))
         )
         for key, metric, example_id, value in rows:
             by_metric = outcomes.setdefault(key, {}).setdefault(metric, {})

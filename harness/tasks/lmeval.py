@@ -14,66 +14,34 @@ split, the validation split under the same names prefixed `val_`.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections import defaultdict
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
 from torch import Tensor, nn
 
-from harness.registry import TASKS
-from harness.spec.schema import StrictModel
 from harness.tasks.base import EvalTask, Evaluation, weight_name
+from harness.tasks.catalog import (
+    LMEvalTaskSpec,
+    PerplexityTaskSpec,
+    include_path,
+    lm_eval_fingerprint,
+    perplexity_fingerprint,
+)
 from harness.tasks.corpora import ModelTokenizer, Tokenizer, load_corpus
 from harness.tasks.lm import (
     eval_windows,
-    known_corpus,
     model_device,
     perplexity,
     split_documents,
 )
 
-LOCAL_TASKS = Path(__file__).resolve().parents[2] / "suites" / "tasks"
 CALIBRATION_CORPUS = "shakespeare"
 SKIP = {"alias", "sample_len"}
-OUTPUTS = "2: per-example outcomes; lm-eval validation split; perplexity val and test windows"
-"""What the evaluation-only tasks report, in their fingerprints: bumped when it changes, so
-trials stored before the change are not taken for current ones."""
 TUNING_PREFIX = "val_"
-
-
-class LMEvalTaskSpec(StrictModel):
-    """A task section of type `lm-eval`: one lm-evaluation-harness task."""
-
-    type: Literal["lm-eval"] = "lm-eval"
-    task: str = Field(min_length=1)
-    limit: PositiveInt | None = None
-    num_fewshot: NonNegativeInt = 0
-    include_path: str | None = None
-
-
-class PerplexityTaskSpec(StrictModel):
-    """A task section of type `perplexity`: a corpus, the model's tokenizer.
-
-    The val (tuning) and test (reporting) documents are both evaluated, `windows` windows each;
-    `split` names the one behind the unprefixed `bits_per_byte`.
-    """
-
-    type: Literal["perplexity"] = "perplexity"
-    corpus: str = "shakespeare"
-    split: Literal["val", "test"] = "test"
-    seq_len: PositiveInt = 256
-    windows: PositiveInt = 64
-    split_seed: int = 0
-    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-
-    _known_corpus = field_validator("corpus")(known_corpus)
 
 
 def corpus_split_tokens(
@@ -103,19 +71,6 @@ def shakespeare_calibration(
     starts = torch.linspace(0, len(text) - span, n_samples).long().tolist()
     windows = [torch.from_numpy(tokenizer.encode(text[i : i + span])[:seq_len]) for i in starts]
     return list(torch.stack(windows).split(8))
-
-
-def include_path(spec: LMEvalTaskSpec) -> Path:
-    return Path(spec.include_path).expanduser() if spec.include_path else LOCAL_TASKS
-
-
-def files_digest(folder: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
-        if path.is_file():
-            digest.update(path.relative_to(folder).as_posix().encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def lm_eval_metrics(results: dict[str, Any], task: str) -> dict[str, float]:
@@ -168,7 +123,6 @@ def prefixed(mapping: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {f"{prefix}{name}": value for name, value in mapping.items()}
 
 
-@TASKS.register("lm-eval", params=LMEvalTaskSpec, eval_only=True)
 class LMEvalTask(EvalTask):
     """An lm-evaluation-harness task, run on the trial's model object (EleutherAI, 2021).
 
@@ -181,14 +135,7 @@ class LMEvalTask(EvalTask):
         self.spec = spec
         self.tokenizer = tokenizer
 
-    @staticmethod
-    def fingerprint(spec: LMEvalTaskSpec) -> str:
-        """The local task definitions and the data they read (lm-eval's version is in the key)."""
-        from harness.tasks.bigbench import data_digest
-
-        return hashlib.sha256(
-            (files_digest(include_path(spec)) + data_digest() + OUTPUTS).encode()
-        ).hexdigest()
+    fingerprint = staticmethod(lm_eval_fingerprint)
 
     def evaluate(self, model: nn.Module, batch_size: int) -> Evaluation:
         """`lm_eval.simple_evaluate` with `HFLM` around this very model object."""
@@ -241,7 +188,6 @@ def validation_task(manager: Any, name: str, results: dict[str, Any]) -> Any | N
     return None if task.has_test_docs() else task
 
 
-@TASKS.register("perplexity", params=PerplexityTaskSpec, eval_only=True)
 class PerplexityTask(EvalTask):
     """Loss, perplexity and bits per byte of a corpus's val and test documents, in the model's
     own tokens: `val_*` (tuning) and `test_*` (reporting); `bits_per_byte` is `split`'s."""
@@ -261,11 +207,7 @@ class PerplexityTask(EvalTask):
                     f"fewer than seq_len + 1 = {spec.seq_len + 1}"
                 )
 
-    @staticmethod
-    def fingerprint(spec: PerplexityTaskSpec) -> str:
-        return hashlib.sha256(
-            (load_corpus(spec.corpus).fingerprint() + OUTPUTS).encode()
-        ).hexdigest()
+    fingerprint = staticmethod(perplexity_fingerprint)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, batch_size: int) -> Evaluation:

@@ -13,55 +13,29 @@ only) and `ood` (out of distribution, for reporting: `ood_*`).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 from torch import Tensor, nn
 
-from harness.registry import SYNTHETIC_KINDS, TASKS
-from harness.spec.schema import StrictModel
+from harness.registry import SYNTHETIC_KINDS
 from harness.tasks.base import Batch, Task
+from harness.tasks.catalog import (
+    SYNTHETIC_SETS,
+    ModularAdditionParams,
+    PolyRegressionParams,
+    SyntheticTaskSpec,
+    synthetic_fingerprint,
+)
 
 IGNORE = -100
 """Target of a position that is not an answer (ignored by the loss and the accuracy)."""
 
 EVAL_SPLITS = ("id", "ood")
 """Evaluated at every evaluation; `test` only at the final one."""
-SETS = ("id", "test", "ood")
-
-
-class SyntheticTaskSpec(StrictModel):
-    """A task section of type `synthetic`; extra keys are the kind's parameters."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: Literal["synthetic"] = "synthetic"
-    kind: str
-    data_seed: int = 0
-    n_eval: PositiveInt = 512
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, kind: str) -> str:
-        SYNTHETIC_KINDS.entry(kind)
-        return kind
-
-    @model_validator(mode="after")
-    def _valid_kind_params(self) -> SyntheticTaskSpec:
-        self.kind_params()
-        return self
-
-    def kind_params(self) -> BaseModel:
-        """The extra keys validated against the kind's registered parameter schema."""
-        schema = SYNTHETIC_KINDS.entry(self.kind).params or StrictModel
-        return schema.model_validate(self.model_extra or {})
 
 
 class SyntheticKind(ABC):
@@ -88,12 +62,6 @@ def answer_targets(inputs: Tensor, answers: Tensor) -> Tensor:
     return targets
 
 
-class ModularAdditionParams(StrictModel):
-    modulus: int = Field(97, ge=2)
-    train_fraction: float = Field(0.5, gt=0.0, lt=1.0)
-
-
-@SYNTHETIC_KINDS.register("modular-addition", params=ModularAdditionParams)
 class ModularAddition(SyntheticKind):
     """`a + b =` -> `(a + b) mod p`, the algorithmic task of Power et al. (2022), "Grokking:
     Generalization Beyond Overfitting on Small Algorithmic Datasets", arXiv:2201.02177.
@@ -140,17 +108,10 @@ class ModularAddition(SyntheticKind):
         return self.sequences(self.train_pairs[rows])
 
 
-class PolyRegressionParams(StrictModel):
-    n_bins: int = Field(64, ge=4)
-    n_context: int = Field(4, ge=0)
-    max_degree: int = Field(4, ge=2)
-
-
 ID_MAX_X = 0.5
 """In-distribution inputs are at most this; out-of-distribution inputs lie above it."""
 
 
-@SYNTHETIC_KINDS.register("poly-regression", params=PolyRegressionParams)
 class PolyRegression(SyntheticKind):
     """Polynomial regression with shifted inputs, after the controlled setting of Sharma et al.
     (2026), "TAPIOCA: Why Task-Aware Pruning Improves OOD Model Capability", arXiv:2605.14738.
@@ -210,7 +171,6 @@ class PolyRegression(SyntheticKind):
         return self.sequences(self.id_bins[picks])
 
 
-@TASKS.register("synthetic", params=SyntheticTaskSpec)
 class SyntheticTask(Task):
     """A synthetic kind as a training task; reports id/ood loss and accuracy (val_loss = id),
     and at the end of training the ID test set's (`test_loss`, `test_acc`)."""
@@ -222,11 +182,7 @@ class SyntheticTask(Task):
         self.vocab_size = self.kind.vocab_size
         self.seq_len = self.kind.seq_len
 
-    @staticmethod
-    def fingerprint(spec: SyntheticTaskSpec) -> str:
-        """sha256 of the spec and the evaluation sets: the generated data depend on nothing else."""
-        identity = {**spec.model_dump(), "eval_sets": SETS}
-        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    fingerprint = staticmethod(synthetic_fingerprint)
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         while True:
@@ -247,7 +203,7 @@ class SyntheticTask(Task):
         model.eval()
         try:
             metrics: dict[str, float] = {}
-            for split in SETS if final else EVAL_SPLITS:
+            for split in SYNTHETIC_SETS if final else EVAL_SPLITS:
                 inputs, targets = (t[: batch_size * n_batches] for t in self.kind.eval_sets[split])
                 loss, acc = self._answer_metrics(model, inputs, targets, batch_size)
                 metrics |= {f"{split}_loss": loss, f"{split}_acc": acc}

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from harness.ranking import Ranking, RankRow, TrialOutcome
+from harness.records import DONE
 from harness.registry import METRICS
 from leaderboard import data
 from leaderboard.charts import layer_heatmap, learning_curves, pareto_plot
@@ -86,7 +87,7 @@ def pareto(
             "by pruning and quantization methods); these trials have none."
         )
         return
-    done = {o.key: o.method for o in trials if o.status == "done"}
+    done = {o.key: o.method for o in trials if o.status == DONE}
     finals = data.final_values(context.engine, list(done), axes).assign(
         method=lambda f: f["key"].map(done)
     )

@@ -1,4 +1,8 @@
-"""What one trial produces; sent from the trial process to the runner."""
+"""Records shared by every layer: trial statuses, a planned trial, and what a trial reports.
+
+They sit below the runner, the store, the tracking and the ranking so that each of those can
+use them without importing another (imports flow one way; see tests/test_layers.py).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,32 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Status = Literal["pending", "running", "done", "diverged", "failed", "timeout"]
+DONE: Status = "done"
+ACTIVE_STATUSES: tuple[Status, ...] = ("pending", "running")
+"""Claimed or not yet run: a runner may (re)start these."""
 FINAL_STATUSES: tuple[Status, ...] = ("done", "diverged", "failed", "timeout")
-RETRYABLE_STATUSES: tuple[Status, ...] = ("failed", "timeout")
+"""A trial with one of these has a stored result and is never recomputed unless asked."""
+FAILED_STATUSES: tuple[Status, ...] = ("failed", "timeout")
+"""No valid result: `--retry-failed` reruns these and the command exits with code 1."""
+
+
+@dataclass(frozen=True)
+class PlannedTrial:
+    """One trial of a suite: (method after sweep expansion, model, task, seed) and its config."""
+
+    key: str
+    suite: str
+    method: str
+    model: str
+    task: str
+    seed: int
+    sweep: dict[str, Any]
+    config: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        point = ",".join(f"{k}={v}" for k, v in self.sweep.items())
+        return f"{self.method}{f'[{point}]' if point else ''}/{self.model}/{self.task}/s{self.seed}"
 
 
 @dataclass(frozen=True)
@@ -31,7 +59,7 @@ class LayerStat:
 
 @dataclass
 class TrialResult:
-    """Everything a finished trial reports."""
+    """Everything a finished trial reports; sent from the trial process to the runner."""
 
     status: Status
     final: dict[str, float] = field(default_factory=dict)

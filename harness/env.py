@@ -1,13 +1,18 @@
-"""Facts about the software and machine a trial ran on (cheap: no torch import)."""
+"""Facts about the software and machine a trial ran on, and where results are tracked
+(cheap: no torch import)."""
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
+CUDA_DRIVER = Path("/proc/driver/nvidia/gpus")
 RESULT_CHANGING_PACKAGES = ("layerbench", "torch", "transformers", "lm-eval")
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 
 @cache
@@ -44,3 +49,19 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def tracking_uri(uri: str | None = None) -> str:
+    """The MLflow tracking URI: `uri`, else $MLFLOW_TRACKING_URI, else a local SQLite file."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+@cache
+def cuda_available() -> bool:
+    """Whether `device: auto` will find a CUDA GPU, answered without importing torch: an NVIDIA
+    driver lists a GPU, CUDA_VISIBLE_DEVICES does not hide them all, and torch is a CUDA build."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    has_gpu = CUDA_DRIVER.is_dir() and any(CUDA_DRIVER.iterdir())
+    return has_gpu and "+cpu" not in package_versions().get("torch", "+cpu")

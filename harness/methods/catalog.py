@@ -1,0 +1,208 @@
+"""The built-in method entries: each name with its parameter model, typed capabilities and
+the "module:attr" of its implementation, imported on first use (see harness/registry.py).
+
+Importing this module imports neither torch nor transformers, so a suite is validated and planned
+without them. A new built-in method is one entry here and its implementation in its family's
+module (docs/adding_a_method.md).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from harness.registry import (
+    LAYER_IMPORTANCE,
+    LAYERWISE,
+    NORM_PLACEMENTS,
+    NORM_TYPES,
+    OPTIMIZERS,
+    PRUNING,
+    QUANTIZERS,
+    SCHEDULES,
+)
+from harness.spec.schema import ParamsModel
+
+
+class MixParams(ParamsModel):
+    post_fraction: float = Field(0.25, ge=0.0, le=1.0)
+    """The first floor(post_fraction * n_layers) layers are Post-LN (the paper's alpha)."""
+
+
+class DyTParams(ParamsModel):
+    alpha_init: PositiveFloat | None = None
+    """alpha_0 of every norm; None: the papers' language-model rule (`llm_alpha_init`)."""
+
+
+class DerfParams(DyTParams):
+    shift_init: float = 0.0
+
+
+class LarsParams(ParamsModel):
+    trust_coefficient: PositiveFloat = 1e-3
+    """eta in the local rate eta ||w|| / (||g|| + wd ||w||)."""
+
+
+class HybridParams(ParamsModel):
+    adamw_lr: PositiveFloat | None = None
+    """Learning rate of the AdamW part (embeddings, head, norms, biases); default: `lr`."""
+
+
+class MuonParams(HybridParams):
+    ns_steps: PositiveInt = 5
+    """Newton-Schulz iterations."""
+    adjust_lr_fn: Literal["original", "match_rms_adamw"] = "original"
+    """Per-matrix rate: sqrt(max(1, rows/cols)) (Jordan) or 0.2 sqrt(max(rows, cols)) (Moonshot)."""
+    ns_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Newton-Schulz precision: bfloat16 (torch.optim.Muon, as Jordan's reference), or float32;
+    auto: bfloat16 on CUDA, float32 on CPU, where bfloat16 matmuls are ~20x slower."""
+
+
+class SinkGDParams(ParamsModel):
+    alpha: PositiveFloat = 0.05
+    """SinkGD's learning rate relative to `lr`, the AdamW part's (0.05 in the paper)."""
+    iterations: PositiveInt = 5
+    """SR-Sinkhorn iterations L (5 in the paper)."""
+
+
+class ScionParams(ParamsModel):
+    """Radii of the norm balls: the official shallow nanoGPT example's ("Mixed")."""
+
+    embedding_scale: PositiveFloat = 1.0
+    hidden_scale: PositiveFloat = 3.0
+    head_scale: PositiveFloat = 10.0
+    unconstrained: bool = False
+    """True: W <- W - lr scale lmo; False (the paper's default): W <- (1 - lr) W - lr scale lmo."""
+
+
+class LrDepthParams(ParamsModel):
+    decay: float = Field(0.8, gt=0.0, le=1.0)
+    """Ratio of a layer's learning rate to the next layer's (0.8 for ELECTRA-Base)."""
+
+
+class LLRParams(ParamsModel):
+    lr_min_ratio: PositiveFloat = 1.0
+    """LR ratio of the matrix with the smallest alpha (the most heavy-tailed)."""
+    lr_max_ratio: PositiveFloat = 5.0
+    """LR ratio of the matrix with the largest alpha."""
+    interval: PositiveInt = 100
+    """Steps between two estimates of the alphas."""
+    ramp_steps: PositiveInt = 50
+    """Steps over which the ratios move linearly to new targets."""
+    min_eigenvalues: PositiveInt = 50
+    """Matrices with fewer eigenvalues (min(rows, cols)) keep the base rate."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LLRParams:
+        if self.lr_min_ratio > self.lr_max_ratio:
+            raise ValueError("lr_min_ratio must not exceed lr_max_ratio")
+        return self
+
+
+class LisaParams(ParamsModel):
+    active_layers: PositiveInt = 2
+    """Blocks trained at a time (gamma)."""
+    interval: PositiveInt = 20
+    """Steps between two draws (K)."""
+
+
+class DropParams(ParamsModel):
+    """Drop-Muon's uniform start-layer sampling has no parameters."""
+
+
+class WdScaleParams(ParamsModel):
+    base_width: PositiveInt
+    """The width at which `lr` and `weight_decay` were tuned."""
+
+
+LAYOUT_OPTIONS = frozenset({"group_size", "symmetric"})
+"""The layout fields of `quantize` a scheme may honour (QuantizerEntry.options)."""
+
+
+# placement.py
+NORM_PLACEMENTS.declare("pre", "harness.methods.placement:PreNorm")
+NORM_PLACEMENTS.declare("post", "harness.methods.placement:PostNorm")
+NORM_PLACEMENTS.declare("peri", "harness.methods.placement:PeriNorm")
+NORM_PLACEMENTS.declare("mix", "harness.methods.placement:MixNorm", params=MixParams)
+NORM_PLACEMENTS.declare("hybrid", "harness.methods.placement:HybridNorm")
+NORM_PLACEMENTS.declare("normformer", "harness.methods.placement:NormFormer")
+NORM_PLACEMENTS.declare("lns", "harness.methods.placement:LayerNormScaling")
+NORM_PLACEMENTS.declare("deepnorm", "harness.methods.placement:DeepNorm")
+NORM_PLACEMENTS.declare("none", "harness.methods.placement:NoNorm")
+
+# norms.py
+NORM_TYPES.declare("layernorm", "harness.methods.norms:layernorm")
+NORM_TYPES.declare("rmsnorm", "harness.methods.norms:rmsnorm")
+NORM_TYPES.declare(
+    "dyt", "harness.methods.norms:dyt", params=DyTParams, scale_embeddings=True, model_width=True
+)
+NORM_TYPES.declare(
+    "derf", "harness.methods.norms:derf", params=DerfParams, scale_embeddings=True, model_width=True
+)
+NORM_TYPES.declare("scalenorm", "harness.methods.norms:scalenorm")
+NORM_TYPES.declare("crmsnorm", "harness.methods.norms:crmsnorm")
+NORM_TYPES.declare("seednorm", "harness.methods.norms:seednorm")
+NORM_TYPES.declare("identity", "harness.methods.norms:identity")
+
+# optimizers.py
+OPTIMIZERS.declare("adamw", "harness.methods.optimizers:adamw")
+OPTIMIZERS.declare("adam", "harness.methods.optimizers:adam")
+OPTIMIZERS.declare("sgd", "harness.methods.optimizers:sgd")
+OPTIMIZERS.declare("lion", "harness.methods.optimizers:lion")
+OPTIMIZERS.declare("lamb", "harness.methods.optimizers:lamb")
+OPTIMIZERS.declare("lars", "harness.methods.optimizers:lars", params=LarsParams)
+OPTIMIZERS.declare("novograd", "harness.methods.optimizers:novograd")
+OPTIMIZERS.declare("adafactor", "harness.methods.optimizers:adafactor")
+OPTIMIZERS.declare("muon", "harness.methods.optimizers:muon", params=MuonParams)
+OPTIMIZERS.declare("rmnp", "harness.methods.optimizers:rmnp", params=HybridParams)
+OPTIMIZERS.declare("sinkgd", "harness.methods.optimizers:sinkgd", params=SinkGDParams)
+OPTIMIZERS.declare("scion", "harness.methods.optimizers:scion", params=ScionParams)
+
+# optimizers.py
+SCHEDULES.declare("constant", "harness.methods.optimizers:constant")
+SCHEDULES.declare("cosine", "harness.methods.optimizers:cosine")
+SCHEDULES.declare("linear", "harness.methods.optimizers:linear")
+SCHEDULES.declare("wsd", "harness.methods.optimizers:wsd")
+
+# layerwise.py
+LAYERWISE.declare("lr_depth", "harness.methods.layerwise:lr_depth", params=LrDepthParams)
+LAYERWISE.declare("llr", "harness.methods.layerwise:llr", params=LLRParams)
+LAYERWISE.declare("lisa", "harness.methods.layerwise:lisa", params=LisaParams)
+LAYERWISE.declare("drop", "harness.methods.layerwise:drop", params=DropParams)
+LAYERWISE.declare("wd_scale", "harness.methods.layerwise:wd_scale", params=WdScaleParams)
+
+# pruning.py
+PRUNING.declare("block_influence", "harness.methods.pruning:block_influence")
+PRUNING.declare("linearity", "harness.methods.pruning:linearity", targets=("block",))
+PRUNING.declare("attention_qk", "harness.methods.pruning:attention_qk", targets=("attention",))
+PRUNING.declare("task_greedy", "harness.methods.pruning:task_greedy")
+PRUNING.declare("last_n", "harness.methods.pruning:last_n")
+PRUNING.declare("first_n", "harness.methods.pruning:first_n")
+PRUNING.declare("random", "harness.methods.pruning:random_layers")
+
+# quantization.py
+QUANTIZERS.declare(
+    "rtn", "harness.methods.quantization:rtn", bits=frozenset(range(2, 9)), options=LAYOUT_OPTIONS
+)
+QUANTIZERS.declare(
+    "torchao_int8",
+    "harness.methods.quantization:torchao_int8",
+    bits=frozenset({8}),
+    options=frozenset(),
+)
+QUANTIZERS.declare(
+    "torchao_int4",
+    "harness.methods.quantization:torchao_int4",
+    bits=frozenset({4}),
+    options=LAYOUT_OPTIONS,
+)
+QUANTIZERS.declare(
+    "quanto", "harness.methods.quantization:quanto", bits=frozenset({2, 4, 8}), options=frozenset()
+)
+
+# quantization.py
+LAYER_IMPORTANCE.declare("cosine", "harness.methods.quantization:cosine_importance")
+LAYER_IMPORTANCE.declare("outliers", "harness.methods.quantization:outlier_importance")
+LAYER_IMPORTANCE.declare("position", "harness.methods.quantization:position_importance")
+LAYER_IMPORTANCE.declare("random", "harness.methods.quantization:random_importance")

@@ -1,0 +1,201 @@
+"""The built-in task types and synthetic kinds: each with its section's schema, its data
+fingerprint and the "module:attr" of its implementation, imported on first use (see
+harness/registry.py). Importing this module imports neither torch nor transformers, so planning
+a suite (which needs every trial's key, hence every task's fingerprint) does not either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+
+from harness.registry import SYNTHETIC_KINDS, TASKS, TOKENIZERS, EvalTaskEntry
+from harness.spec.schema import StrictModel
+from harness.tasks.corpora import check_corpus_name, load_corpus
+
+
+def known_corpus(cls: type, corpus: str) -> str:
+    """Field validator: the corpus name is registered or a supported scheme."""
+    check_corpus_name(corpus)
+    return corpus
+
+
+class LMTaskSpec(StrictModel):
+    """A task section of type `lm`."""
+
+    type: Literal["lm"] = "lm"
+    corpus: str = "shakespeare"
+    tokenizer: str = "byte"
+    seq_len: PositiveInt = 128
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    split_seed: int = 0
+
+    _known_corpus = field_validator("corpus")(known_corpus)
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _known_tokenizer(cls, tokenizer: str) -> str:
+        TOKENIZERS.entry(tokenizer)
+        return tokenizer
+
+    @model_validator(mode="after")
+    def _room_for_train(self) -> LMTaskSpec:
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ValueError("val_fraction + test_fraction must be below 1")
+        return self
+
+
+class SyntheticTaskSpec(StrictModel):
+    """A task section of type `synthetic`; extra keys are the kind's parameters."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["synthetic"] = "synthetic"
+    kind: str
+    data_seed: int = 0
+    n_eval: PositiveInt = 512
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        SYNTHETIC_KINDS.entry(kind)
+        return kind
+
+    @model_validator(mode="after")
+    def _valid_kind_params(self) -> SyntheticTaskSpec:
+        self.kind_params()
+        return self
+
+    def kind_params(self) -> BaseModel:
+        """The extra keys validated against the kind's registered parameter schema."""
+        schema = SYNTHETIC_KINDS.entry(self.kind).params or StrictModel
+        return schema.model_validate(self.model_extra or {})
+
+
+class ModularAdditionParams(StrictModel):
+    modulus: int = Field(97, ge=2)
+    train_fraction: float = Field(0.5, gt=0.0, lt=1.0)
+
+
+class PolyRegressionParams(StrictModel):
+    n_bins: int = Field(64, ge=4)
+    n_context: int = Field(4, ge=0)
+    max_degree: int = Field(4, ge=2)
+
+
+LOCAL_TASKS = Path(__file__).resolve().parents[2] / "suites" / "tasks"
+OUTPUTS = "2: per-example outcomes; lm-eval validation split; perplexity val and test windows"
+"""What the evaluation-only tasks report, in their fingerprints: bumped when it changes, so
+trials stored before the change are not taken for current ones."""
+
+
+class LMEvalTaskSpec(StrictModel):
+    """A task section of type `lm-eval`: one lm-evaluation-harness task."""
+
+    type: Literal["lm-eval"] = "lm-eval"
+    task: str = Field(min_length=1)
+    limit: PositiveInt | None = None
+    num_fewshot: NonNegativeInt = 0
+    include_path: str | None = None
+
+
+class PerplexityTaskSpec(StrictModel):
+    """A task section of type `perplexity`: a corpus, the model's tokenizer.
+
+    The val (tuning) and test (reporting) documents are both evaluated, `windows` windows each;
+    `split` names the one behind the unprefixed `bits_per_byte`.
+    """
+
+    type: Literal["perplexity"] = "perplexity"
+    corpus: str = "shakespeare"
+    split: Literal["val", "test"] = "test"
+    seq_len: PositiveInt = 256
+    windows: PositiveInt = 64
+    split_seed: int = 0
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+
+    _known_corpus = field_validator("corpus")(known_corpus)
+
+
+def include_path(spec: LMEvalTaskSpec) -> Path:
+    return Path(spec.include_path).expanduser() if spec.include_path else LOCAL_TASKS
+
+
+def files_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        if path.is_file():
+            digest.update(path.relative_to(folder).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+SYNTHETIC_SETS = ("id", "test", "ood")
+"""A synthetic task's evaluation sets (`test` only at the final evaluation)."""
+
+
+def corpus_fingerprint(spec: LMTaskSpec) -> str:
+    """The corpus files' fingerprint (raw bytes; no parsing or tokenizing)."""
+    return load_corpus(spec.corpus).fingerprint()
+
+
+def synthetic_fingerprint(spec: SyntheticTaskSpec) -> str:
+    """sha256 of the spec and the evaluation sets: the generated data depend on nothing else."""
+    identity = {**spec.model_dump(), "eval_sets": SYNTHETIC_SETS}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def lm_eval_fingerprint(spec: LMEvalTaskSpec) -> str:
+    """The local task definitions and the data they read (lm-eval's version is in the key)."""
+    from harness.tasks.bigbench import data_digest
+
+    digest = files_digest(include_path(spec)) + data_digest() + OUTPUTS
+    return hashlib.sha256(digest.encode()).hexdigest()
+
+
+def perplexity_fingerprint(spec: PerplexityTaskSpec) -> str:
+    """The corpus files' fingerprint and what the task reports (OUTPUTS)."""
+    return hashlib.sha256((load_corpus(spec.corpus).fingerprint() + OUTPUTS).encode()).hexdigest()
+
+
+TASKS.declare("lm", "harness.tasks.lm:LMTask", params=LMTaskSpec, fingerprint=corpus_fingerprint)
+TASKS.declare(
+    "synthetic",
+    "harness.tasks.synthetic:SyntheticTask",
+    params=SyntheticTaskSpec,
+    fingerprint=synthetic_fingerprint,
+)
+TASKS.declare(
+    "lm-eval",
+    "harness.tasks.lmeval:LMEvalTask",
+    kind=EvalTaskEntry,
+    params=LMEvalTaskSpec,
+    fingerprint=lm_eval_fingerprint,
+)
+TASKS.declare(
+    "perplexity",
+    "harness.tasks.lmeval:PerplexityTask",
+    kind=EvalTaskEntry,
+    params=PerplexityTaskSpec,
+    fingerprint=perplexity_fingerprint,
+)
+SYNTHETIC_KINDS.declare(
+    "modular-addition", "harness.tasks.synthetic:ModularAddition", params=ModularAdditionParams
+)
+SYNTHETIC_KINDS.declare(
+    "poly-regression", "harness.tasks.synthetic:PolyRegression", params=PolyRegressionParams
+)

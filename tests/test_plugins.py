@@ -1,0 +1,34 @@
+"""A method added as docs/adding_a_method.md says: one source file (tests/plugins/meannorm.py),
+registered from a suite's `plugins:`, and this one test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.runner.plan import plan_suite
+from harness.runner.trial import build, prepare, run_trial
+from harness.spec import SuiteError, load_suite
+from tests.plugins.meannorm import MeanNorm
+
+PLUGIN = "plugins: [tests.plugins.meannorm]\n"
+
+
+@pytest.mark.slow
+def test_a_plugin_norm_validates_builds_and_trains(write_suite, tmp_path: Path) -> None:
+    methods = "pre-ln: {}\nmean: {norm: {type: meannorm, gain_init: 0.5}}"
+    suite = load_suite(write_suite(tmp_path, methods, steps=2, eval_every=2, extra=PLUGIN))
+    trial = next(t for t in plan_suite(suite) if t.method == "mean")
+    model = build(trial.config, prepare(trial.config)).model
+    norm = model.blocks[0].placement.norm1
+    assert isinstance(norm, MeanNorm) and torch.equal(norm.weight, torch.full((32,), 0.5))
+    result = run_trial(trial.config)
+    assert result.status == "done", result.error
+
+
+def test_a_plugin_norms_fields_are_checked(write_suite, tmp_path: Path) -> None:
+    methods = "pre-ln: {}\nmean: {norm: {type: meannorm, gain_int: 0.5}}"
+    with pytest.raises(SuiteError, match="did you mean 'gain_init'"):
+        load_suite(write_suite(tmp_path, methods, extra=PLUGIN))
