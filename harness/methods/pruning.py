@@ -68,17 +68,8 @@ def prune_model(
 ) -> tuple[nn.Module, PruneReport]:
     """Remove the layers `spec.criterion` picks from `model` (in place); return it and a report."""
     entry = PRUNING.entry(spec.criterion)
-<<<<<<< HEAD
-    for _, message in prune_problems(spec, entry.meta, None):
+    for _, message in prune_problems(spec, entry, None):
         raise ValueError(message)
-=======
-    targets = entry.targets
-    if spec.target not in targets:
-        raise ValueError(
-            f"pruning criterion '{spec.criterion}' supports target {' / '.join(targets)}, "
-            f"not '{spec.target}'"
-        )
->>>>>>> main
     n_layers = len(blocks(model))
     k = layers_to_remove(spec, n_layers)
     criterion: Criterion = entry.obj

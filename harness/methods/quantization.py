@@ -25,11 +25,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from harness.methods.catalog import LAYOUT_OPTIONS
 from harness.methods.layers import blocks, linears
 from harness.methods.pruning import highest, mean_cosines
 from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
-from harness.spec.constraints import LAYOUT_OPTIONS, quantize_problems
+from harness.spec.constraints import quantize_problems
 from harness.spec.schema import QuantizeSpec
 
 
@@ -76,26 +75,9 @@ def quantize_model(
 ) -> tuple[nn.Module, QuantReport]:
     """Quantize the Linear layers of `model`'s blocks in place by `spec`; return it and a report."""
     entry = QUANTIZERS.entry(spec.scheme)
-<<<<<<< HEAD
-    for _, message in quantize_problems(spec, entry.meta, None):
+    for _, message in quantize_problems(spec, entry, None):
         raise ValueError(message)
     bits = block_bits(model, spec, calibration)
-=======
-    unsupported = {
-        option
-        for option in LAYOUT_OPTIONS - entry.options
-        if getattr(spec, option) != QuantizeSpec.model_fields[option].default
-    }
-    if unsupported:
-        raise ValueError(
-            f"quantization scheme '{spec.scheme}' has a fixed layout; drop {sorted(unsupported)}"
-        )
-    bits = block_bits(model, spec, calibration)
-    if wrong := sorted(set(bits) - entry.bits):
-        raise ValueError(
-            f"quantization scheme '{spec.scheme}' supports bits {sorted(entry.bits)}, not {wrong}"
-        )
->>>>>>> main
     scheme: Scheme = entry.obj
     kept_bytes = unquantized_bytes(model)
     with torch.no_grad():

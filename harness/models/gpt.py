@@ -28,17 +28,10 @@ from transformers import initialization as init
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from harness.methods.norms import NormRole
-<<<<<<< HEAD
-from harness.methods.placement import InitProfile, SublayerNorms, init_recipe
-from harness.registry import MODELS, NORM_PLACEMENTS, NORM_TYPES, Entry
-from harness.spec.constraints import BlockShape
-from harness.spec.schema import NormSpec, StrictModel
-=======
 from harness.methods.placement import SublayerNorms, init_recipe
-from harness.models.catalog import GPTSpec, check_heads
+from harness.models.catalog import GPTSpec, check_heads, default_d_ff
 from harness.registry import NORM_PLACEMENTS, NORM_TYPES, Entry
 from harness.spec.schema import NormSpec
->>>>>>> main
 
 ROPE_BASE = 10000.0
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -49,13 +42,6 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 NormFactory = Callable[[int, NormRole], nn.Module]
 Rope = tuple[Tensor, Tensor]
-
-
-def default_d_ff(d_model: int, mlp: str) -> int:
-    """4 * d_model, or for SwiGLU 8/3 * d_model rounded up to a multiple of 8 (same parameters)."""
-    if mlp == "swiglu":
-        return -(-round(8 * d_model / 3) // 8) * 8
-    return 4 * d_model
 
 
 SPEC, NORM = GPTSpec.model_fields, NormSpec.model_fields
@@ -354,16 +340,6 @@ def causal_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
     )
 
 
-<<<<<<< HEAD
-def block_shape(spec: GPTSpec) -> BlockShape:
-    """`n_layers` blocks whose Linear layers read d_model (attention, MLP in) or d_ff (MLP out)."""
-    d_ff = spec.d_ff or default_d_ff(spec.d_model, spec.mlp)
-    return BlockShape(spec.n_layers, frozenset({spec.d_model, d_ff}))
-
-
-@MODELS.register("gpt", params=GPTSpec, shape=block_shape)
-=======
->>>>>>> main
 def build_gpt(spec: GPTSpec, norm: NormSpec, vocab_size: int) -> GPT:
     """The built-in decoder-only transformer (nanoGPT-style GPT-2 with configurable norms)."""
     config = GPTConfig(

@@ -273,24 +273,11 @@ def check_settings(
     for section, registries in sections:
         extras = getattr(settings, section).model_extra or {}
         yield from check_extras(section, extras, registries, where, locator)
-<<<<<<< HEAD
     yield from check_post_training(settings, None, where, locator)
     if settings.quantize is not None and settings.quantize.layerwise is not None:
         importance = settings.quantize.layerwise.importance
         loc = where(("quantize", "layerwise", "importance"))
         yield from lookup(LAYER_IMPORTANCE, importance, loc, locator)
-=======
-    if settings.prune is not None:
-        yield from lookup(PRUNING, settings.prune.criterion, where(("prune", "criterion")), locator)
-    if settings.quantize is not None:
-        yield from lookup(
-            QUANTIZERS, settings.quantize.scheme, where(("quantize", "scheme")), locator
-        )
-        if settings.quantize.layerwise is not None:
-            importance = settings.quantize.layerwise.importance
-            where_importance = where(("quantize", "layerwise", "importance"))
-            yield from lookup(LAYER_IMPORTANCE, importance, where_importance, locator)
->>>>>>> main
     if settings.optimizer.layerwise is not None:
         yield from check_layerwise(settings.optimizer.layerwise, where, locator)
 
@@ -312,7 +299,7 @@ def check_post_training(
         unknown = list(lookup(registry, name, where(name_loc), locator))
         yield from unknown
         if not unknown:
-            for loc, message in constraints(spec, registry.entry(name).meta, shape):
+            for loc, message in constraints(spec, registry.entry(name), shape):
                 yield locator.problem(where(loc), message)
 
 
@@ -327,13 +314,13 @@ def check_model_fit(suite: Suite, locator: Locator) -> Iterator[Problem]:
             continue
         entry = MODELS.entry(section["type"])
         spec = validated(entry.params, section, locator)[0] if entry.params else None
-        if spec is None or "shape" not in entry.meta:
+        if spec is None or not hasattr(spec, "block_shape"):
             continue  # invalid (reported) or a model whose shape is known once loaded
         try:
             points = trial_settings(suite, method)
         except (ResolveError, ValidationError):
             continue  # reported by check_method
-        shape = entry.meta["shape"](spec)
+        shape = spec.block_shape()
         where = lambda loc, m=method: origin(suite, m, loc, locator)  # noqa: E731
         for _, settings in points:
             general = set(check_post_training(settings, None, where, locator))

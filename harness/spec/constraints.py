@@ -1,10 +1,10 @@
 """Constraints of post-training methods that a suite can break, checked before anything runs.
 
 Registries declare them beside each entry: a quantization scheme its `bits` and the layout
-`options` it honours, a pruning criterion its `targets`, a model type its `shape` (the number of
-blocks and the input widths of their Linear layers). `validate` checks a suite against them, and
-`prune_model` / `quantize_model` call the same functions, so a suite that validates does not fail
-on them after training.
+`options` it honours, a pruning criterion its `targets`; a model's schema its `block_shape()`
+(the number of blocks and the input widths of their Linear layers). `validate` checks a suite
+against them, and `prune_model` / `quantize_model` call the same functions, so a suite that
+validates does not fail on them after training.
 """
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ def layers_to_remove(spec: PruneSpec, n_layers: int) -> int:
 
 
 def prune_problems(
-    spec: PruneSpec, meta: dict[str, Any], shape: BlockShape | None
+    spec: PruneSpec, entry: Any, shape: BlockShape | None
 ) -> Iterator[tuple[Loc, str]]:
-    """The criterion must support the target, and the model must have layers to spare."""
-    targets = meta.get("targets", ("block", "attention", "mlp"))
+    """The criterion (its registry entry's `targets`) must support the target, and the model
+    must have layers to spare."""
+    targets = entry.targets
     if spec.target not in targets:
         yield (
             ("prune", "target"),
@@ -75,23 +76,24 @@ def used_bits(spec: QuantizeSpec) -> dict[int, Loc]:
 
 
 def quantize_problems(
-    spec: QuantizeSpec, meta: dict[str, Any], shape: BlockShape | None
+    spec: QuantizeSpec, entry: Any, shape: BlockShape | None
 ) -> Iterator[tuple[Loc, str]]:
-    """Bits the scheme lacks, layout options it ignores, groups that do not divide a width."""
-    for option in sorted(LAYOUT_OPTIONS - meta["options"]):
+    """Bits the scheme (its registry entry's `bits`) lacks, layout options it ignores (`options`),
+    groups that do not divide a width."""
+    for option in sorted(LAYOUT_OPTIONS - entry.options):
         if getattr(spec, option) != QuantizeSpec.model_fields[option].default:
             yield (
                 ("quantize", option),
                 f"quantization scheme '{spec.scheme}' has a fixed layout; drop `{option}`",
             )
     for bits, loc in sorted(used_bits(spec).items()):
-        if bits not in meta["bits"]:
+        if bits not in entry.bits:
             yield (
                 loc,
                 f"quantization scheme '{spec.scheme}' supports bits "
-                f"{sorted(meta['bits'])}, not {bits}",
+                f"{sorted(entry.bits)}, not {bits}",
             )
-    if shape is None or spec.group_size is None or "group_size" not in meta["options"]:
+    if shape is None or spec.group_size is None or "group_size" not in entry.options:
         return
     if widths := sorted(w for w in shape.in_features if w % spec.group_size):
         yield (

@@ -10,18 +10,8 @@ from harness.ranking import Ranking, overall_table
 from harness.ranking.table import ci_label, title
 from harness.records import FAILED_STATUSES
 from leaderboard.state import Context, board, current
-<<<<<<< HEAD
-from leaderboard.tables import (
-    FAILED_STATUSES,
-    all_failed,
-    ranked_statuses,
-    rows_frame,
-    summary_frame,
-)
-from leaderboard.text import plain
-=======
 from leaderboard.tables import all_failed, ranked_statuses, rows_frame, summary_frame
->>>>>>> main
+from leaderboard.text import plain
 
 NUMBER = st.column_config.NumberColumn
 SUMMARY_FORMATS = {
