@@ -61,8 +61,16 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def load(path: Path) -> Suite:
+    def announce(plugins: list[str]) -> None:
+        errors.print(
+            f"[yellow]note:[/] {path} lists plugins; importing them runs their code: "
+            + ", ".join(plugins),
+            highlight=False,
+            soft_wrap=True,
+        )
+
     try:
-        return load_suite(path)
+        return load_suite(path, before_plugins=announce)
     except SuiteError as error:
         for problem in error.problems:
             errors.print(f"[red]error:[/] {problem}", highlight=False, soft_wrap=True)
@@ -360,6 +368,9 @@ def methods(
 def leaderboard(
     db: DbOption = None,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to serve on.")] = 8501,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")
+    ] = "127.0.0.1",
 ) -> None:
     """Serve the leaderboard web app (leaderboard/); it opens the database read-only."""
     import os
@@ -373,7 +384,7 @@ def leaderboard(
         "LAYERBENCH_DB": database_url(db),
         "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
     }
-    command = [sys.executable, "-m", "leaderboard.serve", "--port", str(port)]
+    command = [sys.executable, "-m", "leaderboard.serve", "--port", str(port), "--address", host]
     os.execve(sys.executable, command, env)  # the server replaces this process (and its signals)
 
 

@@ -22,6 +22,7 @@ from harness.registry import (
     QUANTIZERS,
     SCHEDULES,
 )
+from harness.spec.constraints import LAYOUT_OPTIONS
 from harness.spec.schema import ParamsModel
 
 
@@ -116,7 +117,6 @@ class WdScaleParams(ParamsModel):
     """The width at which `lr` and `weight_decay` were tuned."""
 
 
-LAYOUT_OPTIONS = frozenset({"group_size", "symmetric"})
 """The layout fields of `quantize` a scheme may honour (QuantizerEntry.options)."""
 
 

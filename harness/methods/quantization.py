@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from harness.methods.layers import blocks, linears
 from harness.methods.pruning import highest, mean_cosines
 from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
-from harness.spec.quantize import unsupported
+from harness.spec.constraints import quantize_problems
 from harness.spec.schema import QuantizeSpec
 
 GPTQ_BATCH = 128  # columns per lazy batch update (the authors' `blocksize`)
@@ -92,8 +92,8 @@ def quantize_model(
 ) -> tuple[nn.Module, QuantReport]:
     """Quantize the Linear layers of `model`'s blocks in place by `spec`; return it and a report."""
     entry = QUANTIZERS.entry(spec.scheme)
-    if problems := unsupported(spec, entry.bits, entry.options):
-        raise ValueError("; ".join(message for _, message in problems))
+    for _, message in quantize_problems(spec, entry, None):
+        raise ValueError(message)
     bits = block_bits(model, spec, calibration)
     kept_bytes = unquantized_bytes(model)
     with torch.no_grad():
