@@ -22,7 +22,7 @@ from harness.registry import (
     PretrainedModelEntry,
     RegistryError,
 )
-from harness.runner.plan import plan_suite
+from harness.runner.plan import SelectionError, plan_suite, select_trials
 from harness.spec import Suite, SuiteError, load_suite
 from harness.store.db import DatabaseError, StoreLedger, open_database, suite_run
 from harness.store.queries import (
@@ -61,8 +61,16 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def load(path: Path) -> Suite:
+    def announce(plugins: list[str]) -> None:
+        errors.print(
+            f"[yellow]note:[/] {path} lists plugins; importing them runs their code: "
+            + ", ".join(plugins),
+            highlight=False,
+            soft_wrap=True,
+        )
+
     try:
-        return load_suite(path)
+        return load_suite(path, before_plugins=announce)
     except SuiteError as error:
         for problem in error.problems:
             errors.print(f"[red]error:[/] {problem}", highlight=False, soft_wrap=True)
@@ -122,17 +130,14 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
 
 
 def only_filter(trials: list[PlannedTrial], only: str | None) -> list[PlannedTrial]:
-    """`--only method=a,b` keeps the trials of those methods (also model=, task=, seed=)."""
+    """`--only method=a,b` keeps the trials of exactly those methods (also model=, task=, seed=);
+    a malformed filter or an unknown name exits 2."""
     if not only:
         return trials
-    field, _, values = only.partition("=")
-    if field not in ("method", "model", "task", "seed") or not values:
-        raise fail(f"--only expects FIELD=NAME[,NAME] with FIELD method|model|task|seed: {only}")
-    wanted = set(values.split(","))
-    kept = [t for t in trials if str(getattr(t, field)) in wanted]
-    if not kept:
-        raise fail(f"--only {only} matches no trial of this suite")
-    return kept
+    try:
+        return select_trials(trials, only)
+    except SelectionError as error:
+        raise fail(str(error)) from None
 
 
 @app.command()
@@ -365,6 +370,9 @@ def methods(
 def leaderboard(
     db: DbOption = None,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to serve on.")] = 8501,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")
+    ] = "127.0.0.1",
 ) -> None:
     """Serve the leaderboard web app (leaderboard/); it opens the database read-only."""
     import os
@@ -378,7 +386,7 @@ def leaderboard(
         "LAYERBENCH_DB": database_url(db),
         "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
     }
-    command = [sys.executable, "-m", "leaderboard.serve", "--port", str(port)]
+    command = [sys.executable, "-m", "leaderboard.serve", "--port", str(port), "--address", host]
     os.execve(sys.executable, command, env)  # the server replaces this process (and its signals)
 
 

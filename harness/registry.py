@@ -38,7 +38,9 @@ class RegistryError(LookupError):
     """An unknown or duplicate name in a registry."""
 
 
-class UnknownNameError(RegistryError):
+class UnknownNameError(RegistryError, ValueError):
+    """A name no entry has; a ValueError too, so Pydantic reports it from inside a validator."""
+
     def __init__(self, family: str, name: str, known: list[str]) -> None:
         self.family, self.name, self.known = family, name, known
         self.suggestion = suggest(name, known)
@@ -160,7 +162,7 @@ class Registry(Generic[E]):
 
     def __contains__(self, name: object) -> bool:
         self._load()
-        return name in self._entries
+        return isinstance(name, str) and name in self._entries
 
 
 # Each family's entry type: what its implementation is (the protocol) and its capabilities.
@@ -222,7 +224,10 @@ class QuantizerEntry(Entry["Scheme"]):
     bits: frozenset[int]
     """The bit widths the scheme supports."""
     options: frozenset[str] = frozenset()
-    """The layout fields (`symmetric`, `group_size`) it honours; others must keep defaults."""
+    """The QuantizeSpec options (`symmetric`, `group_size`, `act_order`, `damp`) it honours;
+    others must keep their defaults."""
+    calibrated: bool = False
+    """The scheme needs each block's calibration inputs (GPTQ): `(block, bits, spec, calls)`."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -70,8 +70,11 @@ class MLflowTracker:
             "task": trial.task,
             "seed": str(trial.seed),
         }
+        experiment_id = self.experiment_id(trial.suite)
+        if trial.mlflow_run_id is None:  # no finished logging of this trial reached the store
+            self.delete_partial_runs(experiment_id, trial.key)
         run = self.client.create_run(
-            self.experiment_id(trial.suite), run_name=f"{trial.method}-s{trial.seed}", tags=tags
+            experiment_id, run_name=f"{trial.method}-s{trial.seed}", tags=tags
         )
         run_id: str = run.info.run_id
         stamp = int(time.time() * 1000)
@@ -104,6 +107,14 @@ class MLflowTracker:
                 update(Trial).where(Trial.id == trial_id).values(mlflow_run_id=run_id)
             )
         return run_id
+
+    def delete_partial_runs(self, experiment_id: str, key: str) -> None:
+        """Delete runs of this trial left by a runner killed while logging it (its run id never
+        reached the store), so a trial has one MLflow run however often its logging restarts."""
+        for run in self.client.search_runs(
+            [experiment_id], filter_string=f"tags.trial_key = '{key}'", max_results=100
+        ):
+            self.client.delete_run(run.info.run_id)
 
     def backfill(self, suite: str) -> int:
         """Log the suite's finished trials that have no MLflow run yet (after a crash)."""

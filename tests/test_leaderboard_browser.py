@@ -81,7 +81,7 @@ def test_the_history_page_shows_a_regression_on_the_curve_in_chromium(
         page.goto(address + "history")
         expect(page.get_by_text("Alerts (2)")).to_be_visible(timeout=60_000)
         legend = page.locator(".js-plotly-plot .legendtext")
-        expect(legend.filter(has_text="regression")).to_be_visible()
+        expect(legend.filter(has_text="regression")).to_be_visible(timeout=30_000)
         page.screenshot(path=screenshot, full_page=True)
         browser.close()
     assert screenshot.stat().st_size > 10_000

@@ -27,6 +27,7 @@ pre-ln: {}
 pruned: {prune: {criterion: block_influence, n: 1, calibration_samples: 8}}
 quantized: {quantize: {scheme: rtn, bits: 4, group_size: 8}}
 int8: {quantize: {scheme: torchao_int8}}
+gptq: {quantize: {scheme: gptq, bits: 4, group_size: 8, act_order: true}}
 """
 
 
@@ -53,6 +54,13 @@ def test_a_trained_gpt_is_quantized_then_evaluated(write_suite: Any, tmp_path: P
     assert quantized.status == "done", quantized.error
     assert quantized.final["effective_bits"] == pytest.approx(4 + 16 / 8)  # one fp16 scale a group
     assert quantized.final["model_bytes"] > 0
+
+
+def test_a_trained_gpt_is_quantized_by_gptq(write_suite: Any, tmp_path: Path) -> None:
+    """GPTQ calibrates on the trial's training windows; its layout is RTN's (symmetric)."""
+    result = run_trial(trial_of(write_suite(tmp_path, METHODS), "gptq"))
+    assert result.status == "done", result.error
+    assert result.final["effective_bits"] == pytest.approx(4 + 16 / 8)
 
 
 def test_a_fixed_layout_scheme_runs_from_a_suite(write_suite: Any, tmp_path: Path) -> None:

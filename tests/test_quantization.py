@@ -1,10 +1,13 @@
 """Weight quantization (SPEC 5.6): the RTN reference's error bound, the layerwise policy, the
-reported bits and bytes, and torchao / optimum-quanto models that run close to the original."""
+reported bits and bytes, torchao / optimum-quanto models that run close to the original, GPTQ
+against RTN, HQQ's grid and error, and which bits and options each scheme accepts."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,11 +16,18 @@ import torch
 from torch import Tensor, nn
 
 from harness.methods.layers import blocks, linears
-from harness.methods.quantization import fake_quantize, quantize_model
+from harness.methods.quantization import (
+    fake_quantize,
+    first_block_calls,
+    gptq_quantize,
+    quantize_model,
+    with_hidden,
+)
 from harness.models.gpt import GPTSpec, build_gpt
 from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
+from harness.spec import SuiteError, load_suite
 from harness.spec.schema import NormSpec, QuantizeSpec
-from tests.conftest import tiny_llama
+from tests.conftest import tiny_llama, write_suite
 
 VOCAB = 40
 # Per block: q, k, v, o are 32x32, up is d_ff x 32, down is 32 x d_ff.
@@ -237,9 +247,12 @@ def test_library_schemes_run_and_report_their_layout(
     [
         (QuantizeSpec(scheme="torchao_int8", bits=4), "supports bits \\[8\\]"),
         (QuantizeSpec(scheme="quanto", bits=3), "supports bits \\[2, 4, 8\\]"),
-        (QuantizeSpec(scheme="quanto", bits=4, group_size=16), "fixed layout"),
-        (QuantizeSpec(scheme="torchao_int8", symmetric=False), "fixed layout"),
+        (QuantizeSpec(scheme="quanto", bits=4, group_size=16), "does not take group_size"),
+        (QuantizeSpec(scheme="torchao_int8", symmetric=False), "does not take symmetric"),
         (QuantizeSpec(scheme="rtn", bits=4, group_size=24), "does not divide"),
+        (QuantizeSpec(scheme="rtn", bits=4, act_order=True), "does not take act_order"),
+        (QuantizeSpec(scheme="hqq", bits=5), "supports bits \\[2, 3, 4, 8\\], not 5"),
+        (QuantizeSpec(scheme="hqq", bits=4, group_size=4), "multiple of 8"),
     ],
 )
 def test_unsupported_settings_are_refused(
@@ -250,6 +263,144 @@ def test_unsupported_settings_are_refused(
 
 
 def test_registered_schemes_and_importances_cite_their_source() -> None:
-    assert {"rtn", "torchao_int8", "torchao_int4", "quanto"} <= set(QUANTIZERS.names())
+    assert {"rtn", "torchao_int8", "torchao_int4", "quanto", "gptq", "hqq"} <= set(
+        QUANTIZERS.names()
+    )
     assert set(LAYER_IMPORTANCE.names()) >= {"cosine", "outliers", "position", "random"}
     assert all(entry.doc for entry in [*QUANTIZERS.entries(), *LAYER_IMPORTANCE.entries()])
+
+
+def test_validate_locates_unsupported_bits_and_options(tmp_path: Path) -> None:
+    """`layerbench validate` refuses what a scheme cannot do, at the line that asks for it."""
+    path = write_suite(
+        tmp_path,
+        "pre-ln: {}\n"
+        "hqq-5: {quantize: {scheme: hqq, bits: 5}}\n"
+        "rtn-ordered: {quantize: {scheme: rtn, act_order: true}}\n"
+        "gptq-mixed: {quantize: {scheme: gptq, bits: 3, layerwise: {high_bits: 8}}}",
+    )
+    with pytest.raises(SuiteError) as caught:
+        load_suite(path)
+    lines = path.read_text().splitlines()
+    hqq_line, rtn_line = (
+        next(i for i, text in enumerate(lines, 1) if name in text)
+        for name in ("hqq-5", "rtn-ordered")
+    )
+    assert [str(problem) for problem in caught.value.problems] == [
+        f"{path}:{hqq_line}: methods.hqq-5.quantize.bits: "
+        "quantization scheme 'hqq' supports bits [2, 3, 4, 8], not 5",
+        f"{path}:{rtn_line}: methods.rtn-ordered.quantize.act_order: quantization scheme "
+        "'rtn' does not take act_order (a fixed layout or another scheme's option); drop it",
+    ]
+
+
+def block_inputs(model: nn.Module, batch: Tensor) -> list[Tensor]:
+    """The input of each Linear of block 0, as (tokens, features), from the unquantized model."""
+    inputs: list[Tensor] = []
+    handles = [
+        linear.register_forward_pre_hook(
+            lambda module, args: inputs.append(args[0].flatten(0, -2).clone())
+        )
+        for linear in linears(blocks(model)[0])
+    ]
+    logits(model, batch)
+    for handle in handles:
+        handle.remove()
+    return inputs
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("group", [16, 64])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("act_order", [False, True])
+def test_gptq_with_an_identity_hessian_is_rtn(
+    bits: int, group: int, symmetric: bool, act_order: bool
+) -> None:
+    torch.manual_seed(bits)
+    weight = torch.randn(24, 64) * 0.1
+    weight[2, 9] = 1.0
+    quantized = gptq_quantize(weight, torch.eye(64), bits, group, symmetric, 0.01, act_order)
+    assert torch.equal(quantized, fake_quantize(weight, bits, group, symmetric))
+
+
+@pytest.mark.parametrize("kind", ["gpt", "llama"])
+@pytest.mark.parametrize("bits", [3, 4])
+@pytest.mark.parametrize("group", [16, None])
+def test_gptq_layer_output_error_on_calibration_is_below_rtn(
+    kind: str, bits: int, group: int | None, calibration: list[Tensor]
+) -> None:
+    """Block 0's Linears see the same calibration inputs under both; GPTQ minimizes ||XW - XQ||."""
+    build, _, count = BLOCK_LINEARS[kind]
+    model = build()
+    inputs = block_inputs(model, calibration[0])
+    originals = [linear.weight.detach().clone() for linear in linears(blocks(model)[0])]
+    errors, reports = {}, {}
+    for scheme in ("gptq", "rtn"):
+        quantized, reports[scheme] = quantize_model(
+            copy.deepcopy(model),
+            QuantizeSpec(scheme=scheme, bits=bits, group_size=group, symmetric=False),
+            calibration,
+        )
+        errors[scheme] = [
+            float(((x @ (w - linear.weight).T) ** 2).mean())
+            for x, w, linear in zip(inputs, originals, linears(blocks(quantized)[0]), strict=True)
+        ]
+    assert len(errors["gptq"]) == count // 2
+    for gptq_error, rtn_error in zip(errors["gptq"], errors["rtn"], strict=True):
+        assert 0 < gptq_error < 0.8 * rtn_error
+    assert reports["gptq"] == reports["rtn"]  # the same stored layout, bits and bytes
+
+
+def test_gptq_quantizes_each_block_on_the_quantized_blocks_outputs(
+    calibration: list[Tensor],
+) -> None:
+    """The caught block inputs, run block by block, are the model's own hidden states."""
+    for model in (gpt(), llama()):
+        with torch.no_grad():
+            hidden = model(calibration[0], output_hidden_states=True).hidden_states
+            calls = first_block_calls(model, calibration)
+            for i, block in enumerate(blocks(model)[:-1]):
+                calls = [with_hidden(call, block(*call.args, **call.kwargs)) for call in calls]
+                torch.testing.assert_close(calls[0].args[0], hidden[i + 1])
+    with pytest.raises(ValueError, match="needs calibration batches"):
+        quantize_model(gpt(), QuantizeSpec(scheme="gptq", bits=4), [])
+
+
+def hqq_layer(weight: Tensor, bits: int, group: int) -> Any:
+    from hqq.core.quantize import HQQLinear, hqq_base_quant_config
+
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    linear.weight.data = weight.clone()
+    config = hqq_base_quant_config(nbits=bits, group_size=group, axis=1)
+    return HQQLinear(linear, config, compute_dtype=torch.float32, device="cpu")
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("group", [16, None])
+def test_hqq_grid_bits_and_error_against_rtn(
+    bits: int, group: int | None, calibration: list[Tensor]
+) -> None:
+    """Each group holds at most 2^bits levels of HQQ's affine grid; on these weights its squared
+    error is below asymmetric RTN's at the same bits and group (HQQ's range is min..max, RTN's
+    also covers 0, and HQQ then fits the zero point)."""
+    model = gpt()
+    originals = [linear.weight.detach().clone() for linear in linears(blocks(model))]
+    reference = logits(model, calibration[0])
+    _, report = quantize_model(model, QuantizeSpec(scheme="hqq", bits=bits, group_size=group), [])
+    hqq_error = rtn_error = 0.0
+    for original, linear in zip(originals, linears(blocks(model)), strict=True):
+        width = group or original.shape[1]
+        layer = hqq_layer(original, bits, width)
+        scale, zero = layer.meta["scale"], layer.meta["zero"]
+        levels = (linear.weight.reshape(-1, width) / scale + zero).detach()
+        torch.testing.assert_close(levels, levels.round(), rtol=0, atol=1e-3)
+        assert levels.round().min() >= 0 and levels.round().max() <= 2**bits - 1
+        assert len(scale) == original.numel() // width
+        hqq_error += float(((linear.weight - original) ** 2).sum())
+        rtn_error += float(((fake_quantize(original, bits, width, False) - original) ** 2).sum())
+    assert 0 < hqq_error < rtn_error
+    overhead = 32 / 16 if group else (6144 * 32 / 32 + 2048 * 32 / 64) / 8192
+    assert report.effective_bits == pytest.approx(bits + overhead)
+    out = logits(model, calibration[0])
+    if bits == 8:
+        torch.testing.assert_close(out, reference, rtol=0, atol=0.02 * float(reference.abs().max()))

@@ -22,6 +22,7 @@ from harness.registry import (
     QUANTIZERS,
     SCHEDULES,
 )
+from harness.spec.constraints import LAYOUT_OPTIONS
 from harness.spec.schema import ParamsModel
 
 
@@ -116,7 +117,6 @@ class WdScaleParams(ParamsModel):
     """The width at which `lr` and `weight_decay` were tuned."""
 
 
-LAYOUT_OPTIONS = frozenset({"group_size", "symmetric"})
 """The layout fields of `quantize` a scheme may honour (QuantizerEntry.options)."""
 
 
@@ -184,6 +184,19 @@ PRUNING.declare("random", "harness.methods.pruning:random_layers")
 # quantization.py
 QUANTIZERS.declare(
     "rtn", "harness.methods.quantization:rtn", bits=frozenset(range(2, 9)), options=LAYOUT_OPTIONS
+)
+QUANTIZERS.declare(
+    "gptq",
+    "harness.methods.quantization:gptq",
+    bits=frozenset(range(2, 9)),
+    options=LAYOUT_OPTIONS | {"act_order", "damp"},
+    calibrated=True,
+)
+QUANTIZERS.declare(
+    "hqq",
+    "harness.methods.quantization:hqq",
+    bits=frozenset({2, 3, 4, 8}),
+    options=frozenset({"group_size"}),
 )
 QUANTIZERS.declare(
     "torchao_int8",

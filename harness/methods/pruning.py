@@ -25,6 +25,7 @@ from harness.methods.layers import (
     sublayer,
 )
 from harness.registry import PRUNING
+from harness.spec.constraints import layers_to_remove, prune_problems
 from harness.spec.schema import PruneSpec
 
 
@@ -67,12 +68,8 @@ def prune_model(
 ) -> tuple[nn.Module, PruneReport]:
     """Remove the layers `spec.criterion` picks from `model` (in place); return it and a report."""
     entry = PRUNING.entry(spec.criterion)
-    targets = entry.targets
-    if spec.target not in targets:
-        raise ValueError(
-            f"pruning criterion '{spec.criterion}' supports target {' / '.join(targets)}, "
-            f"not '{spec.target}'"
-        )
+    for _, message in prune_problems(spec, entry, None):
+        raise ValueError(message)
     n_layers = len(blocks(model))
     k = layers_to_remove(spec, n_layers)
     criterion: Criterion = entry.obj
@@ -80,16 +77,6 @@ def prune_model(
     remove_layers(model, selection.removed, spec.target)
     report = PruneReport(sorted(selection.removed), selection.scores, n_layers, n_layers - k)
     return model, report
-
-
-def layers_to_remove(spec: PruneSpec, n_layers: int) -> int:
-    """`spec.n`, or `spec.fraction` of the layer count rounded half up; at least one is kept."""
-    k = spec.n if spec.n is not None else int(spec.fraction * n_layers + 0.5)
-    if not 1 <= k < n_layers:
-        raise ValueError(
-            f"pruning must remove between 1 and {n_layers - 1} of {n_layers} layers, not {k}"
-        )
-    return k
 
 
 def lowest(scores: dict[int, float], k: int) -> list[int]:

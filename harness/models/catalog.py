@@ -10,7 +10,15 @@ from typing import Literal
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from harness.registry import MODELS, PretrainedModelEntry
+from harness.spec.constraints import BlockShape
 from harness.spec.schema import InitProfile, StrictModel
+
+
+def default_d_ff(d_model: int, mlp: str) -> int:
+    """4 * d_model, or for SwiGLU 8/3 * d_model rounded up to a multiple of 8 (same parameters)."""
+    if mlp == "swiglu":
+        return -(-round(8 * d_model / 3) // 8) * 8
+    return 4 * d_model
 
 
 def check_heads(d_model: int, n_heads: int, n_kv_heads: int | None, pos: str) -> None:
@@ -47,6 +55,14 @@ class GPTSpec(StrictModel):
     def _heads_fit(self) -> GPTSpec:
         check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.pos)
         return self
+
+    def block_shape(self) -> BlockShape:
+        """`n_layers` blocks whose Linear layers read d_model (attention, MLP in) or d_ff (MLP
+        out): what `validate` checks pruning counts and quantization groups against."""
+        return BlockShape(
+            self.n_layers,
+            frozenset({self.d_model, self.d_ff or default_d_ff(self.d_model, self.mlp)}),
+        )
 
 
 class PretrainedSpec(StrictModel):

@@ -29,7 +29,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from harness.methods.norms import NormRole
 from harness.methods.placement import SublayerNorms, init_recipe
-from harness.models.catalog import GPTSpec, check_heads
+from harness.models.catalog import GPTSpec, check_heads, default_d_ff
 from harness.registry import NORM_PLACEMENTS, NORM_TYPES, Entry
 from harness.spec.schema import NormSpec
 
@@ -42,13 +42,6 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 NormFactory = Callable[[int, NormRole], nn.Module]
 Rope = tuple[Tensor, Tensor]
-
-
-def default_d_ff(d_model: int, mlp: str) -> int:
-    """4 * d_model, or for SwiGLU 8/3 * d_model rounded up to a multiple of 8 (same parameters)."""
-    if mlp == "swiglu":
-        return -(-round(8 * d_model / 3) // 8) * 8
-    return 4 * d_model
 
 
 SPEC, NORM = GPTSpec.model_fields, NormSpec.model_fields

@@ -108,9 +108,10 @@ def run_local(
             active[receiver] = Running(trial, process, time.monotonic() + limit)
             progress.started(trial)
         for conn in wait(list(active), timeout=1.0):
-            result = receive(conn, active[conn], ledger, progress)
+            result = receive(conn, active[conn], progress)
             if result is not None:
                 end(conn, active.pop(conn), result, ledger, progress, results)
+        renew_leases(active.values(), ledger)
         for conn, running in list(active.items()):
             if time.monotonic() > running.deadline:
                 running.process.kill()
@@ -146,9 +147,16 @@ def record(
     progress.finished(trial, result)
 
 
-def receive(
-    conn: Connection, running: Running, ledger: Ledger, progress: Progress
-) -> TrialResult | None:
+def renew_leases(running: Iterable[Running], ledger: Ledger) -> None:
+    """Heartbeat every trial in flight, reporting or silent, so its claim's lease never lapses
+    while this runner is alive."""
+    for trial in running:
+        if time.monotonic() - trial.last_heartbeat > HEARTBEAT_EVERY_S:
+            ledger.heartbeat(trial.trial)
+            trial.last_heartbeat = time.monotonic()
+
+
+def receive(conn: Connection, running: Running, progress: Progress) -> TrialResult | None:
     """Handle one message; returns the result when the trial is over."""
     try:
         message = conn.recv()
@@ -159,9 +167,6 @@ def receive(
         return message[1]
     _, step, total, loss = message
     progress.step(running.trial, step, total, loss)
-    if time.monotonic() - running.last_heartbeat > HEARTBEAT_EVERY_S:
-        ledger.heartbeat(running.trial)
-        running.last_heartbeat = time.monotonic()
     return None
 
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from harness.env import cuda_available, package_versions
 from harness.records import PlannedTrial
-from harness.registry import MODELS, TASKS, Entry, ModelEntry, Registry, TaskEntry
+from harness.registry import MODELS, TASKS, Entry, ModelEntry, Registry, TaskEntry, suggest
 from harness.spec.resolve import (
     matrix_cells,
     resolve_precision,
@@ -88,3 +88,38 @@ def task_fingerprint(spec: dict[str, Any]) -> str:
     """The task's data fingerprint (cheap: it hashes files, it does not tokenize)."""
     entry = TASKS.entry(spec["type"])
     return entry.fingerprint(section(entry, spec))
+
+
+ONLY_FIELDS = ("method", "model", "task", "seed")
+
+
+class SelectionError(ValueError):
+    """An `--only` filter that is malformed or names something the suite's plan lacks."""
+
+
+def select_trials(trials: list[PlannedTrial], only: str) -> list[PlannedTrial]:
+    """The trials whose FIELD is one of the names of `only` = "FIELD=NAME[,NAME...]".
+
+    Names match exactly (model=gpt-12l never selects gpt-12l-untied); a name the plan does not
+    have raises SelectionError with the closest known name.
+    """
+    field, sep, values = only.partition("=")
+    field, names = field.strip(), [name.strip() for name in values.split(",")]
+    if field not in ONLY_FIELDS or not sep or not all(names):
+        raise SelectionError(
+            f"--only expects FIELD=NAME[,NAME] with FIELD one of {', '.join(ONLY_FIELDS)}: {only!r}"
+        )
+    known = list(dict.fromkeys(str(getattr(trial, field)) for trial in trials))
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SelectionError(f"--only {only}: {unknown_names(field, unknown, known)}")
+    return [trial for trial in trials if str(getattr(trial, field)) in names]
+
+
+def unknown_names(field: str, unknown: list[str], known: list[str]) -> str:
+    """The message: unknown model 'x' (did you mean 'y'?); this suite's models: a, b."""
+    shown = []
+    for name in unknown:
+        close = suggest(name, known)
+        shown.append(f"'{name}'" + (f" (did you mean '{close}'?)" if close else ""))
+    return f"unknown {field} {', '.join(shown)}; this suite's {field}s: {', '.join(known)}"

@@ -27,6 +27,7 @@ from harness.registry import (
     UnknownNameError,
     suggest,
 )
+from harness.spec.constraints import BlockShape, prune_problems, quantize_problems
 from harness.spec.loader import (
     Loc,
     Locator,
@@ -36,20 +37,34 @@ from harness.spec.loader import (
     pydantic_problems,
     read_yaml,
     unknown_name_problem,
+    validated,
 )
 from harness.spec.resolve import ResolveError, matrix_cells, trial_settings
-from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec, Suite, TrialSettings
+from harness.spec.schema import (
+    LayerwiseSpec,
+    NormSpec,
+    OptimizerSpec,
+    Suite,
+    TrialSettings,
+)
 
 CORE_FIELDS = {"norm": NormSpec.model_fields, "optimizer": OptimizerSpec.model_fields}
 
 
-def load_suite(path: str | Path) -> Suite:
-    """Read and fully validate a suite file; raises SuiteError listing every problem."""
+def load_suite(
+    path: str | Path, before_plugins: Callable[[list[str]], None] | None = None
+) -> Suite:
+    """Read and fully validate a suite file; raises SuiteError listing every problem.
+
+    The suite's `plugins` are imported (their code runs: nothing else in a suite does), after
+    `before_plugins(plugins)` is called to say so.
+    """
     data, locator = read_yaml(Path(path))
-    try:
-        suite = Suite.model_validate(data)
-    except ValidationError as error:
-        raise SuiteError(pydantic_problems(error, Suite, locator)) from None
+    suite, problems = validated(Suite, data, locator)
+    if suite is None:
+        raise SuiteError(problems)
+    if suite.plugins and before_plugins is not None:
+        before_plugins(suite.plugins)
     problems = list(import_plugins(suite.plugins, locator))
     problems += list(check_suite(suite, locator))
     if problems:
@@ -62,6 +77,7 @@ def check_suite(suite: Suite, locator: Locator) -> Iterator[Problem]:
     yield from check_typed_sections(suite.tasks, "tasks", TASKS, locator)
     yield from check_references(suite, locator)
     yield from check_combinations(suite, locator)
+    yield from check_model_fit(suite, locator)
     for name in suite.methods:
         yield from check_method(suite, name, locator)
     yield from check_rank(suite, locator)
@@ -133,9 +149,14 @@ def check_typed_sections(
     """Each model/task must name a registered `type` and match that type's schema."""
     for name, section in sections.items():
         loc = (field, name)
-        if "type" not in section:
+        if not isinstance(section.get("type"), str):
             known = ", ".join(registry.names())
-            yield locator.problem(loc, f"missing field 'type' (one of: {known})")
+            where, what = (
+                ((*loc, "type"), "'type' must be a name")
+                if "type" in section
+                else (loc, "missing field 'type'")
+            )
+            yield locator.problem(where, f"{what} (one of: {known})")
             continue
         try:
             entry = registry.entry(str(section["type"]))
@@ -143,10 +164,7 @@ def check_typed_sections(
             yield unknown_name_problem(locator, (*loc, "type"), error)
             continue
         if entry.params is not None:
-            try:
-                entry.params.model_validate(section)
-            except ValidationError as error:
-                yield from pydantic_problems(error, entry.params, locator, loc)
+            yield from validated(entry.params, section, locator, loc)[1]
 
 
 def check_references(suite: Suite, locator: Locator) -> Iterator[Problem]:
@@ -239,7 +257,7 @@ def origin(suite: Suite, name: str, loc: Loc, locator: Locator) -> Loc:
         candidates.append(("methods", ancestor, *loc))
         ancestor = suite.methods[ancestor].extends
     candidates.append(("defaults", *loc))
-    return next((c for c in candidates if c in locator.lines), ("methods", name))
+    return next((c for c in candidates if c in locator.lines), ("methods", name, *loc))
 
 
 def check_settings(
@@ -261,18 +279,63 @@ def check_settings(
     for section, registries in sections:
         extras = getattr(settings, section).model_extra or {}
         yield from check_extras(section, extras, registries, where, locator)
-    if settings.prune is not None:
-        yield from lookup(PRUNING, settings.prune.criterion, where(("prune", "criterion")), locator)
-    if settings.quantize is not None:
-        yield from lookup(
-            QUANTIZERS, settings.quantize.scheme, where(("quantize", "scheme")), locator
-        )
-        if settings.quantize.layerwise is not None:
-            importance = settings.quantize.layerwise.importance
-            where_importance = where(("quantize", "layerwise", "importance"))
-            yield from lookup(LAYER_IMPORTANCE, importance, where_importance, locator)
+    yield from check_post_training(settings, None, where, locator)
+    if settings.quantize is not None and settings.quantize.layerwise is not None:
+        importance = settings.quantize.layerwise.importance
+        loc = where(("quantize", "layerwise", "importance"))
+        yield from lookup(LAYER_IMPORTANCE, importance, loc, locator)
     if settings.optimizer.layerwise is not None:
         yield from check_layerwise(settings.optimizer.layerwise, where, locator)
+
+
+def check_post_training(
+    settings: TrialSettings,
+    shape: BlockShape | None,
+    where: Callable[[Loc], Loc],
+    locator: Locator,
+) -> Iterator[Problem]:
+    """`prune` and `quantize` within what their registry entries (and the model's `shape`) allow."""
+    prune, quantize = settings.prune, settings.quantize
+    if prune is not None:
+        unknown = list(lookup(PRUNING, prune.criterion, where(("prune", "criterion")), locator))
+        yield from unknown
+        if not unknown:
+            problems = prune_problems(prune, PRUNING.entry(prune.criterion), shape)
+            yield from (locator.problem(where(loc), message) for loc, message in problems)
+    if quantize is not None:
+        unknown = list(lookup(QUANTIZERS, quantize.scheme, where(("quantize", "scheme")), locator))
+        yield from unknown
+        if not unknown:
+            problems = quantize_problems(quantize, QUANTIZERS.entry(quantize.scheme), shape)
+            yield from (locator.problem(where(loc), message) for loc, message in problems)
+
+
+def check_model_fit(suite: Suite, locator: Locator) -> Iterator[Problem]:
+    """Pruning counts and quantization groups each model of the method's cells can honour."""
+    reported: set[str] = set()
+    for method, model, _ in matrix_cells(suite):
+        section = suite.models.get(model)
+        if method not in suite.methods or not section or section.get("type") not in MODELS:
+            continue
+        entry = MODELS.entry(section["type"])
+        spec = validated(entry.params, section, locator)[0] if entry.params else None
+        if spec is None or not hasattr(spec, "block_shape"):
+            continue  # invalid (reported) or a model whose shape is known once loaded
+        try:
+            points = trial_settings(suite, method)
+        except (ResolveError, ValidationError):
+            continue  # reported by check_method
+        shape = spec.block_shape()
+        where = lambda loc, m=method: origin(suite, m, loc, locator)  # noqa: E731
+        for _, settings in points:
+            general = set(check_post_training(settings, None, where, locator))
+            for problem in check_post_training(settings, shape, where, locator):
+                text = f"{problem.message} (model '{model}')"
+                if problem in general:
+                    continue  # reported by check_method
+                if text not in reported:
+                    reported.add(text)
+                    yield Problem(problem.file, problem.line, problem.path, text)
 
 
 def check_layerwise(

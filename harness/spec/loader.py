@@ -11,7 +11,7 @@ import typing
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from harness.registry import UnknownNameError, suggest
 
 Loc = tuple[str | int, ...]
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class Locator:
     def _walk(self, node: yaml.Node, loc: Loc) -> None:
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode):
+                    continue  # a list or mapping as a key: Pydantic rejects it, located above
                 self.lines[(*loc, key.value)] = key.start_mark.line + 1
                 self._walk(value, (*loc, key.value))
         elif isinstance(node, yaml.SequenceNode):
@@ -83,13 +86,14 @@ def read_yaml(path: Path) -> tuple[Any, Locator]:
         raise SuiteError([Problem(file, 0, "", f"cannot read the suite: {exc.strerror}")]) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data = yaml.safe_load(text)  # plain data only: no tag constructs an object
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
-        reason = getattr(exc, "problem", None) or str(exc)
-        raise SuiteError([Problem(file, line, "", f"YAML syntax error: {reason}")]) from None
+        raise SuiteError([Problem(file, line, "", yaml_message(exc))]) from None
     locator = Locator(file, root)
+    if duplicates := list(duplicate_keys(file, root)):
+        raise SuiteError(duplicates)
     if data is None:
         raise SuiteError(
             [
@@ -107,6 +111,49 @@ def read_yaml(path: Path) -> tuple[Any, Locator]:
     return data, locator
 
 
+def yaml_message(exc: yaml.YAMLError) -> str:
+    """A YAML error in a sentence; a tag that would build a Python object is refused."""
+    reason = getattr(exc, "problem", None) or str(exc)
+    if isinstance(exc, yaml.constructor.ConstructorError):
+        return f"YAML tag refused ({reason}): a suite is plain data, loaded with yaml.safe_load"
+    return f"YAML syntax error: {reason}"
+
+
+def duplicate_keys(file: str, node: yaml.Node | None, loc: Loc = ()) -> Iterator[Problem]:
+    """Every key written twice in one mapping, at the line of its second occurrence."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            line = key.start_mark.line + 1
+            if name is not None and name != "<<" and name in seen:
+                path = ".".join(map(str, (*loc, name)))
+                message = f"duplicate key (first written at line {seen[name]})"
+                yield Problem(file, line, path, message)
+            elif name is not None:
+                seen[name] = line
+            yield from duplicate_keys(file, value, (*loc, name) if name is not None else loc)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            yield from duplicate_keys(file, item, (*loc, index))
+
+
+def validated(
+    schema: type[M], data: Any, locator: Locator, prefix: Loc = ()
+) -> tuple[M | None, list[Problem]]:
+    """`schema.model_validate(data)`, or None and the located problems.
+
+    Pydantic turns a ValueError raised in a validator into a located error; anything else a
+    validator raises is located at `prefix` here, so no validator can end `validate` in a traceback.
+    """
+    try:
+        return schema.model_validate(data), []
+    except ValidationError as error:
+        return None, pydantic_problems(error, schema, locator, prefix)
+    except Exception as error:  # a validator's bug is still located
+        return None, [locator.problem(prefix, f"{type(error).__name__}: {error}")]
+
+
 def pydantic_problems(
     error: ValidationError, model: type[BaseModel], locator: Locator, prefix: Loc = ()
 ) -> list[Problem]:
@@ -120,8 +167,20 @@ def pydantic_problems(
             hint = f"; did you mean '{close}'?" if close else f" (allowed: {', '.join(known)})"
             problems.append(locator.problem(loc, f"unknown field{hint}"))
         else:
-            problems.append(locator.problem(loc, detail["msg"]))
+            problems.append(locator.problem(loc, error_message(detail)))
     return problems
+
+
+def error_message(detail: Any) -> str:
+    """Pydantic's message; a ValueError from a validator as its own text, with a suggestion."""
+    cause = detail.get("ctx", {}).get("error")
+    if isinstance(cause, UnknownNameError):
+        close = cause.suggestion
+        hint = f"; did you mean '{close}'?" if close else f" (known: {', '.join(cause.known)})"
+        return f"unknown {cause.family} '{cause.name}'{hint}"
+    if isinstance(cause, ValueError | AssertionError) and str(cause):
+        return str(cause)
+    return str(detail["msg"])
 
 
 def field_names(model: type[BaseModel], loc: Loc) -> list[str]:

@@ -124,6 +124,8 @@ class QuantizeSpec(StrictModel):
     symmetric: bool = True
     group_size: PositiveInt | None = None  # None: one scale per output channel
     layerwise: LayerwiseQuantSpec | None = None
+    act_order: bool = False  # GPTQ: quantize columns by decreasing Hessian diagonal
+    damp: float = Field(0.01, gt=0.0, lt=1.0)  # GPTQ: dampening, a fraction of mean(diag(H))
 
 
 class TrialSettings(StrictModel):

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, delete, event, insert, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from harness.env import git_commit
@@ -33,6 +35,13 @@ from harness.store.models import (
 DEFAULT_URL = "sqlite:///layerbench.db"
 MIGRATIONS = Path(__file__).with_name("migrations")
 STALE_AFTER = timedelta(minutes=5)
+"""The lease of a claim: a `running` trial whose heartbeat is older is free to take (docs/
+reliability.md states the whole rule); the runner renews it every HEARTBEAT_EVERY_S seconds."""
+WRITE_RETRY_S = 30 * 60.0
+"""How long the runner keeps retrying a write while the database is unreachable."""
+
+log = logging.getLogger("layerbench")
+R = TypeVar("R")
 
 
 class DatabaseError(RuntimeError):
@@ -54,7 +63,8 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas(read_only))
         return engine
     options = "-c default_transaction_read_only=on" if read_only else None
-    return create_engine(url, connect_args={"options": options} if options else {})
+    connect_args = {"options": options} if options else {}
+    return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
 
 
 def _sqlite_pragmas(read_only: bool) -> Callable[[Any, Any], None]:
@@ -110,6 +120,30 @@ def redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+def unreachable(error: DBAPIError) -> bool:
+    """Is this the database being down (worth waiting for), not a bad statement?"""
+    return error.connection_invalidated or isinstance(error, OperationalError)
+
+
+def retrying(write: Callable[[], R], what: str, limit_s: float = WRITE_RETRY_S) -> R:
+    """`write()`, retried with backoff (1 s doubling to 30 s) while the database is unreachable.
+
+    Each write is one transaction that can be repeated, so a retry after a lost connection never
+    stores a result twice.
+    """
+    deadline, wait = time.monotonic() + limit_s, 1.0
+    while True:
+        try:
+            return write()
+        except DBAPIError as error:
+            if not unreachable(error) or time.monotonic() + wait > deadline:
+                raise
+            reason = str(error.orig).strip().splitlines()[0] if error.orig else type(error).__name__
+            log.warning("database unreachable (%s) %s; retrying in %.0f s", reason, what, wait)
+            time.sleep(wait)
+            wait = min(2 * wait, 30.0)
+
+
 def runner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
 
@@ -156,6 +190,9 @@ class StoreLedger:
 
     def claim(self, trial: PlannedTrial) -> bool:
         """Take the trial unless it has a final result (or another live runner has it)."""
+        return retrying(lambda: self._claim(trial), f"claiming {trial.label}")
+
+    def _claim(self, trial: PlannedTrial) -> bool:
         if self._insert_claim(trial):
             return True
         with self.engine.begin() as connection:
@@ -228,12 +265,17 @@ class StoreLedger:
             )
 
     def heartbeat(self, trial: PlannedTrial) -> None:
-        with self.engine.begin() as connection:
-            connection.execute(
-                update(Trial)
-                .where(Trial.key == trial.key, Trial.claimed_by == self.me)
-                .values(heartbeat_at=now())
-            )
+        """Renew the claim's lease; a database that is down is skipped (the next one retries)."""
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(
+                    update(Trial)
+                    .where(Trial.key == trial.key, Trial.claimed_by == self.me)
+                    .values(heartbeat_at=now())
+                )
+        except DBAPIError as error:
+            if not unreachable(error):
+                raise
 
     def release(self, trial: PlannedTrial) -> None:
         """Give back a claim without a result: the trial is pending again."""
@@ -245,19 +287,35 @@ class StoreLedger:
             )
 
     def finish(self, trial: PlannedTrial, result: TrialResult) -> None:
-        """Store the result, its series, statistics and per-example outcomes in one transaction."""
+        """Store the result (retried while the database is down), then hand it to `on_finish`.
+
+        An `on_finish` failure (MLflow down, its disk full) is a warning: the result is stored,
+        and the next run on the suite logs it (`MLflowTracker.backfill`).
+        """
+        trial_id = retrying(lambda: self._store(trial, result), f"storing {trial.label}")
+        if trial_id is None or self.on_finish is None:
+            return
+        try:
+            self.on_finish(trial, trial_id)
+        except Exception as error:  # tracking is best effort; the result is safe in the store
+            log.warning(
+                "logging %s to MLflow failed (%s); the next run logs it", trial.label, error
+            )
+
+    def _store(self, trial: PlannedTrial, result: TrialResult) -> int | None:
+        """One transaction: the trial's status and every row of its result (series, statistics,
+        per-example outcomes); None if the trial is no longer ours."""
         with Session(self.engine) as session, session.begin():
             trial_id = session.scalars(
                 select(Trial.id).where(Trial.key == trial.key, Trial.claimed_by == self.me)
             ).one_or_none()
             if trial_id is None:
-                return
+                return None
             for table in (MetricPoint, Result, LayerStatistic, ExampleOutcome):
                 session.execute(delete(table).where(table.trial_id == trial_id))
             session.execute(update(Trial).where(Trial.id == trial_id).values(finished(result)))
             session.add_all(result_rows(trial_id, result))
-        if self.on_finish is not None:
-            self.on_finish(trial, trial_id)
+        return trial_id
 
 
 def finished(result: TrialResult) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from harness.registry import METRICS
 from leaderboard import data
 from leaderboard.charts import layer_heatmap, learning_curves, pareto_plot
 from leaderboard.state import Context, board, current
+from leaderboard.text import plain
 
 # Final metrics of compression methods, each plotted against the ranked metric when stored.
 PARETO_AXES = ("effective_bits", "model_bytes", "layers_removed")
@@ -101,7 +102,7 @@ def pareto(
         x = means[name] if name in means.index.get_level_values(0) else pd.Series(dtype=float)
         points = pd.DataFrame({"x": x, "y": y}).dropna().rename_axis("method").reset_index()
         if points.empty:
-            st.info(f"No method of this group reports {name}.")
+            st.info(f"No method of this group reports {plain(name)}.")
             continue
         x_direction = METRICS.get(name).direction
         figure = pareto_plot(points, name, ranking.metric, x_direction, ranking.direction)

@@ -11,6 +11,7 @@ from harness.ranking.table import ci_label, title
 from harness.records import FAILED_STATUSES
 from leaderboard.state import Context, board, current
 from leaderboard.tables import all_failed, ranked_statuses, rows_frame, summary_frame
+from leaderboard.text import plain
 
 NUMBER = st.column_config.NumberColumn
 SUMMARY_FORMATS = {
@@ -42,7 +43,7 @@ def render(context: Context) -> None:
     ranking = ranked.ranking
     st.caption(caption(ranking))
     for warning in ranking.warnings:
-        st.warning(warning)
+        st.warning(plain(warning))  # it names methods: literal text, not Markdown
     if all_failed(ranking):
         st.warning(failure_message(ranking))
     st.subheader(overall_table(ranking).title)

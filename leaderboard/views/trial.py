@@ -10,6 +10,7 @@ from leaderboard.charts import learning_curves
 from leaderboard.filters import select
 from leaderboard.links import mlflow_base_url, mlflow_run_url, trial_page_url
 from leaderboard.state import Context, current, families
+from leaderboard.text import plain
 
 TIMINGS = ["steps_done", "tokens", "train_time_s", "eval_time_s", "wall_time_s", "attempts"]
 
@@ -80,7 +81,7 @@ def choose(listing: pd.DataFrame) -> str:
 
 def show(context: Context, detail: data.TrialDetail) -> None:
     trial = detail.trial
-    st.subheader(f"{trial.method} / {trial.model} / {trial.task} / seed {trial.seed}")
+    st.subheader(plain(f"{trial.method} / {trial.model} / {trial.task} / seed {trial.seed}"))
     step = f" at step {trial.failed_step}" if trial.failed_step is not None else ""
     st.markdown(f"Status: **{trial.status}**{step} · key `{trial.key}`")
     link = mlflow_run_url(trial.mlflow_run_id)
@@ -108,7 +109,7 @@ def curve(context: Context, key: str, name: str) -> None:
     metric = context.selection.metric
     series = data.series(context.engine, [key], metric)
     if series.empty:
-        st.caption(f"No {metric} series is stored for this trial.")
+        st.caption(f"No {plain(metric)} series is stored for this trial.")
         return
     st.plotly_chart(learning_curves(series.assign(method=name), metric, "step"))
 
