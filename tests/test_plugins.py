@@ -3,17 +3,26 @@ registered from a suite's `plugins:`, and this one test."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from harness.registry import NORM_TYPES
 from harness.runner.plan import plan_suite
 from harness.runner.trial import build, prepare, run_trial
 from harness.spec import SuiteError, load_suite
-from tests.plugins.meannorm import MeanNorm
 
 PLUGIN = "plugins: [tests.plugins.meannorm]\n"
+
+
+@pytest.fixture(autouse=True)
+def plugin_registered_for_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test imports the plugin afresh into a copy of the norm registry, so the rest of the
+    session (which lists the registry whole) never sees `meannorm`."""
+    monkeypatch.setattr(NORM_TYPES, "_entries", dict(NORM_TYPES._entries))
+    monkeypatch.delitem(sys.modules, "tests.plugins.meannorm", raising=False)
 
 
 @pytest.mark.slow
@@ -23,6 +32,8 @@ def test_a_plugin_norm_validates_builds_and_trains(write_suite, tmp_path: Path) 
     trial = next(t for t in plan_suite(suite) if t.method == "mean")
     model = build(trial.config, prepare(trial.config)).model
     norm = model.blocks[0].placement.norm1
+    from tests.plugins.meannorm import MeanNorm
+
     assert isinstance(norm, MeanNorm) and torch.equal(norm.weight, torch.full((32,), 0.5))
     result = run_trial(trial.config)
     assert result.status == "done", result.error
