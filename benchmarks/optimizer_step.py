@@ -23,15 +23,15 @@ from pathlib import Path
 import torch
 
 from harness.runner.plan import plan_suite
-from harness.runner.trial import Trial, build, prepare, train_step
+from harness.runner.trial import BuiltTrial, build, prepare, train_step
 from harness.spec.check import load_suite
 
 SUITE = Path(__file__).parent.parent / "suites" / "optimizers.yaml"
 
 
-def trials(names: list[str] | None) -> dict[str, Trial]:
+def trials(names: list[str] | None) -> dict[str, BuiltTrial]:
     """Each method's first planned Shakespeare trial (seed 0)."""
-    built: dict[str, Trial] = {}
+    built: dict[str, BuiltTrial] = {}
     for planned in plan_suite(load_suite(SUITE)):
         wanted = names is None or planned.method in names
         if wanted and planned.task == "shakespeare" and planned.method not in built:
@@ -39,7 +39,7 @@ def trials(names: list[str] | None) -> dict[str, Trial]:
     return built
 
 
-def full_gradient(trial: Trial) -> dict[torch.nn.Parameter, torch.Tensor]:
+def full_gradient(trial: BuiltTrial) -> dict[torch.nn.Parameter, torch.Tensor]:
     """One batch's gradient for every parameter, frozen ones included."""
     frozen = [p for p in trial.model.parameters() if not p.requires_grad]
     for p in frozen:
@@ -51,7 +51,7 @@ def full_gradient(trial: Trial) -> dict[torch.nn.Parameter, torch.Tensor]:
     return {p: p.grad.detach().clone() for p in trial.model.parameters()}
 
 
-def seconds_per_step(trial: Trial, gradient: dict[torch.nn.Parameter, torch.Tensor]) -> float:
+def seconds_per_step(trial: BuiltTrial, gradient: dict[torch.nn.Parameter, torch.Tensor]) -> float:
     """One optimizer step on the fixed gradient of the parameters its treatment trains now."""
     for p, grad in gradient.items():
         p.grad = grad.clone() if p.requires_grad else None
@@ -69,7 +69,7 @@ def median_seconds(work: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def whole_step(trial: Trial, repeats: int) -> float:
+def whole_step(trial: BuiltTrial, repeats: int) -> float:
     """Median seconds of a whole train step (forward, backward, clip, step)."""
     batches = trial.task.train_batches(16, torch.Generator().manual_seed(1))
     scaler = torch.amp.GradScaler("cpu", enabled=False)

@@ -19,7 +19,7 @@ from harness.diagnostics import StepProbe, hidden_state_stats, peak_activation
 from harness.models.gpt import GPT, GPTSpec, build_gpt, rope_tables
 from harness.records import LayerStat, PlannedTrial, TrialResult
 from harness.runner.plan import plan_suite
-from harness.runner.trial import Clock, Trial, build, prepare, train
+from harness.runner.trial import BuiltTrial, Clock, build, prepare, train
 from harness.spec import load_suite
 from harness.spec.schema import NormSpec
 from harness.store.db import StoreLedger, open_database, suite_run
@@ -105,7 +105,7 @@ def tiny_trials(write_suite: Any, tmp_path: Path) -> list[PlannedTrial]:
     return [t for t in plan_suite(load_suite(suite)) if t.seed == 0]
 
 
-def train_and_store(engine: Engine, planned: PlannedTrial) -> tuple[Trial, int]:
+def train_and_store(engine: Engine, planned: PlannedTrial) -> tuple[BuiltTrial, int]:
     """Build and train the trial as the runner does, and store its result."""
     trial = build(planned.config, prepare(planned.config))
     result = TrialResult(status="running")

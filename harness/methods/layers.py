@@ -17,7 +17,8 @@ from typing import Any, Literal, TypeVar
 import torch
 from torch import Tensor, nn
 
-Target = Literal["block", "attention", "mlp"]
+from harness.registry import PruneTarget
+
 Observer = Callable[[int, Tensor, Tensor], None]
 T = TypeVar("T")
 BRANCHES = ("attention", "mlp")
@@ -87,7 +88,9 @@ class ZeroBranch(nn.Module):
         return (zeros, None) if self.returns_weights else zeros
 
 
-def remove_layers(model: nn.Module, indices: Collection[int], target: Target) -> Callable[[], None]:
+def remove_layers(
+    model: nn.Module, indices: Collection[int], target: PruneTarget
+) -> Callable[[], None]:
     """Remove blocks `indices` (or only their attention / MLP sublayer) in place; return an undo."""
     found = layout(model)
     owner_path, _, name = found.blocks.rpartition(".")
@@ -125,7 +128,7 @@ def _kept(items: Sequence[T], indices: Collection[int]) -> list[T]:
 
 
 def _zero_sublayers(
-    blocks_: nn.ModuleList, indices: Collection[int], target: Target, found: Layout
+    blocks_: nn.ModuleList, indices: Collection[int], target: PruneTarget, found: Layout
 ) -> list[tuple[nn.Module, str, nn.Module]]:
     """Replace the target sublayer of blocks `indices` by a ZeroBranch; return what was there."""
     attribute = found.attention if target == "attention" else found.mlp
@@ -139,7 +142,7 @@ def _zero_sublayers(
 
 @contextmanager
 def layers_removed(
-    model: nn.Module, indices: Collection[int], target: Target
+    model: nn.Module, indices: Collection[int], target: PruneTarget
 ) -> Iterator[nn.Module]:
     """`model` without blocks (or sublayers) `indices` for the duration of the block."""
     undo = remove_layers(model, indices, target)
@@ -160,7 +163,7 @@ def _renumber_cache_slots(blocks_: Sequence[nn.Module], found: Layout) -> None:
         attention.layer_idx = slot
 
 
-def _check_uniform_cache(layer_types: list[str] | None, target: Target) -> None:
+def _check_uniform_cache(layer_types: list[str] | None, target: PruneTarget) -> None:
     """Removed attention frees a KV-cache slot; the slots shift, which needs one layer type."""
     if target == "attention" and layer_types is not None and len(set(layer_types)) > 1:
         raise NotImplementedError(
@@ -170,7 +173,7 @@ def _check_uniform_cache(layer_types: list[str] | None, target: Target) -> None:
 
 
 def observe_streams(
-    model: nn.Module, batches: Sequence[Tensor], target: Target, observe: Observer
+    model: nn.Module, batches: Sequence[Tensor], target: PruneTarget, observe: Observer
 ) -> None:
     """Run `batches`; call `observe(i, x_in, x_out)` with the residual stream around unit `i`.
 
@@ -216,7 +219,7 @@ def _branch_hook(
 
 
 def _block_hook(
-    index: int, target: Target, branches: dict[tuple[int, str], Tensor], observe: Observer
+    index: int, target: PruneTarget, branches: dict[tuple[int, str], Tensor], observe: Observer
 ) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         x_in = (args[0] if args else kwargs["hidden_states"]).flatten(0, -2).float()
@@ -230,7 +233,7 @@ def _block_hook(
 
 
 def _sublayer_streams(
-    index: int, target: Target, x_in: Tensor, x_out: Tensor, attn: Tensor, mlp: Tensor
+    index: int, target: PruneTarget, x_in: Tensor, x_out: Tensor, attn: Tensor, mlp: Tensor
 ) -> tuple[Tensor, Tensor]:
     """The stream before and after the target sublayer of a block x_out = x_in + attn + mlp."""
     scale = float(x_out.abs().max())

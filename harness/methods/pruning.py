@@ -1,6 +1,6 @@
 """Layer pruning of a trained or pretrained model (SPEC 5.5), each criterion registered in PRUNING.
 
-A criterion is called as `criterion(model, spec, context, k)` and returns a `Selection`: the `k`
+A criterion is called as `criterion(model, spec, context, k)` and returns a `LayerChoice`: the `k`
 layers to remove (block indices, or the blocks whose attention / MLP sublayer goes when
 `spec.target` is `attention` / `mlp`) and its score per layer. `prune_model` applies it with
 `harness.methods.layers.remove_layers`: removed blocks leave the model (the config's layer count
@@ -17,14 +17,13 @@ import torch
 from torch import Tensor, nn
 
 from harness.methods.layers import (
-    Target,
     blocks,
     layers_removed,
     observe_streams,
     remove_layers,
     sublayer,
 )
-from harness.registry import PRUNING
+from harness.registry import PRUNING, PruneTarget
 from harness.spec.constraints import layers_to_remove, prune_problems
 from harness.spec.schema import PruneSpec
 
@@ -53,14 +52,14 @@ class PruneReport:
 
 
 @dataclass(frozen=True)
-class Selection:
+class LayerChoice:
     """A criterion's choice: the layers to remove and its score per layer."""
 
     removed: list[int]
     scores: dict[int, float]
 
 
-Criterion = Callable[[nn.Module, PruneSpec, PruneContext, int], Selection]
+Criterion = Callable[[nn.Module, PruneSpec, PruneContext, int], LayerChoice]
 
 
 def prune_model(
@@ -102,7 +101,7 @@ def calibration_batches(context: PruneContext, samples: int) -> list[Tensor]:
     return batches
 
 
-def mean_cosines(model: nn.Module, batches: Sequence[Tensor], target: Target) -> list[float]:
+def mean_cosines(model: nn.Module, batches: Sequence[Tensor], target: PruneTarget) -> list[float]:
     """Per unit (block or sublayer): the mean over tokens of cos(x_in, x_out) of its residuals."""
     sums = [0.0] * len(blocks(model))
     counts = [0] * len(sums)
@@ -115,7 +114,9 @@ def mean_cosines(model: nn.Module, batches: Sequence[Tensor], target: Target) ->
     return [total / count for total, count in zip(sums, counts, strict=True)]
 
 
-def block_influence(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
+def block_influence(
+    model: nn.Module, spec: PruneSpec, context: PruneContext, k: int
+) -> LayerChoice:
     """ShortGPT (Men et al., 2024): remove the k layers of lowest BI = 1 - E[cos(x_in, x_out)].
 
     For `attention` / `mlp` the same score is taken around the sublayer, as "What Matters in
@@ -125,7 +126,7 @@ def block_influence(model: nn.Module, spec: PruneSpec, context: PruneContext, k:
         model, calibration_batches(context, spec.calibration_samples), spec.target
     )
     scores = {i: 1.0 - cosine for i, cosine in enumerate(cosines)}
-    return Selection(lowest(scores, k), scores)
+    return LayerChoice(lowest(scores, k), scores)
 
 
 class LinearFit:
@@ -156,7 +157,7 @@ class LinearFit:
         return float(explained / cyy)
 
 
-def linearity(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
+def linearity(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> LayerChoice:
     """Linearity (Razzhigaev et al., 2024): remove the k blocks of highest Procrustes linearity.
 
     "Your Transformer is Secretly Linear": the linearity score of a block is
@@ -167,7 +168,7 @@ def linearity(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) 
     batches = calibration_batches(context, spec.calibration_samples)
     observe_streams(model, batches, "block", lambda i, x, y: fits[i].update(x, y))
     scores = {i: fit.score() for i, fit in enumerate(fits)}
-    return Selection(highest(scores, k), scores)
+    return LayerChoice(highest(scores, k), scores)
 
 
 def gate_norm(attention: nn.Module) -> float:
@@ -195,7 +196,7 @@ def gate_norm(attention: nn.Module) -> float:
     return float((gram_q * gram_k).sum().clamp(min=0.0).sqrt())
 
 
-def attention_qk(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
+def attention_qk(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> LayerChoice:
     """Gate-Norm (Saikumar & Varghese, 2025): remove the k attentions of weakest query-key coupling.
 
     "Data-Free Pruning of Self-Attention Layers in LLMs" (arXiv:2512.20636) ranks attention
@@ -208,10 +209,10 @@ def attention_qk(model: nn.Module, spec: PruneSpec, context: PruneContext, k: in
     """
     with torch.no_grad():
         scores = {i: gate_norm(sublayer(model, i, "attention")) for i in range(len(blocks(model)))}
-    return Selection(lowest(scores, k), scores)
+    return LayerChoice(lowest(scores, k), scores)
 
 
-def task_greedy(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
+def task_greedy(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> LayerChoice:
     """TALE (Naim et al., 2025): k times, remove the layer whose removal least raises the val loss.
 
     Score of a layer: the validation loss without it (and the layers removed before), from the
@@ -227,23 +228,23 @@ def task_greedy(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int
                 with layers_removed(model, [*removed, i], spec.target):
                     scores[i] = context.evaluate(model)
         removed.append(lowest({i: scores[i] for i in scores if i not in removed}, 1)[0])
-    return Selection(sorted(removed), scores)
+    return LayerChoice(sorted(removed), scores)
 
 
-def last_n(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
+def last_n(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> LayerChoice:
     """Baseline: remove the last k layers (score: the layer index)."""
     scores = {i: float(i) for i in range(len(blocks(model)))}
-    return Selection(highest(scores, k), scores)
+    return LayerChoice(highest(scores, k), scores)
 
 
-def first_n(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
+def first_n(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> LayerChoice:
     """Baseline: remove the first k layers (score: the layer index)."""
     scores = {i: float(i) for i in range(len(blocks(model)))}
-    return Selection(lowest(scores, k), scores)
+    return LayerChoice(lowest(scores, k), scores)
 
 
-def random_layers(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> Selection:
+def random_layers(model: nn.Module, spec: PruneSpec, context: PruneContext, k: int) -> LayerChoice:
     """Baseline: remove k layers drawn uniformly by the trial's seed (score: a U(0, 1) draw)."""
     draws = torch.rand(len(blocks(model)), generator=torch.Generator().manual_seed(context.seed))
     scores = {i: float(draw) for i, draw in enumerate(draws)}
-    return Selection(lowest(scores, k), scores)
+    return LayerChoice(lowest(scores, k), scores)

@@ -108,7 +108,7 @@ class Clock:
 
 
 @dataclass
-class Trial:
+class BuiltTrial:
     """The objects of one trial, built from its resolved config."""
 
     settings: TrialSettings
@@ -135,7 +135,7 @@ def prepare(config: dict[str, Any]) -> TrialSettings:
     return settings.model_copy(update={"precision": precision})
 
 
-def build(config: dict[str, Any], settings: TrialSettings) -> Trial:
+def build(config: dict[str, Any], settings: TrialSettings) -> BuiltTrial:
     """The task, model, optimizer and schedule of a training trial."""
     device = resolve_device(settings.device)
     task_entry = TASKS.entry(config["task"]["type"])
@@ -153,7 +153,9 @@ def build(config: dict[str, Any], settings: TrialSettings) -> Trial:
         lambda step: schedule(step, train.steps, train.warmup_steps, train.min_lr_ratio),
     )
     probe_inputs = diagnostic_inputs(task, train.batch_size).to(device)
-    return Trial(settings, task, model, optimizer, scheduler, device, config["seed"], probe_inputs)
+    return BuiltTrial(
+        settings, task, model, optimizer, scheduler, device, config["seed"], probe_inputs
+    )
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
@@ -161,7 +163,7 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
 
 
 def train_step(
-    trial: Trial, batch: Batch, scaler: torch.amp.GradScaler, probe: StepProbe | None = None
+    trial: BuiltTrial, batch: Batch, scaler: torch.amp.GradScaler, probe: StepProbe | None = None
 ) -> float:
     """One optimizer step; returns the loss before the update. A probe sees the unscaled,
     unclipped gradients and the update."""
@@ -189,7 +191,7 @@ def check_divergence(loss: float, initial: float, factor: float, step: int) -> N
         raise Stop("diverged", step, f"loss {loss:.4g} > {factor} x initial {initial:.4g}")
 
 
-def evaluate(trial: Trial, clock: Clock, final: bool) -> dict[str, float]:
+def evaluate(trial: BuiltTrial, clock: Clock, final: bool) -> dict[str, float]:
     """Evaluation, timed apart from training."""
     start = time.perf_counter()
     train = trial.settings.train
@@ -199,7 +201,7 @@ def evaluate(trial: Trial, clock: Clock, final: bool) -> dict[str, float]:
     return metrics
 
 
-def diagnose(trial: Trial, probe: StepProbe, step: int, clock: Clock) -> list[LayerStat]:
+def diagnose(trial: BuiltTrial, probe: StepProbe, step: int, clock: Clock) -> list[LayerStat]:
     """The layerwise statistics of this step (SPEC 5.7), timed as evaluation, not training."""
     start = time.perf_counter()
     stats = probe.stats(step) + hidden_state_stats(trial.model, trial.probe_inputs, step)
@@ -208,7 +210,7 @@ def diagnose(trial: Trial, probe: StepProbe, step: int, clock: Clock) -> list[La
     return stats
 
 
-def train(trial: Trial, result: TrialResult, clock: Clock, report: Report) -> None:
+def train(trial: BuiltTrial, result: TrialResult, clock: Clock, report: Report) -> None:
     """The training loop; fills `result` as it goes so a stopped trial keeps its series."""
     train_cfg = trial.settings.train
     generator = torch.Generator().manual_seed(trial.seed)
@@ -295,7 +297,7 @@ def train_and_evaluate(
     }
 
 
-def train_calibration(trial: Trial) -> list[torch.Tensor]:
+def train_calibration(trial: BuiltTrial) -> list[torch.Tensor]:
     """Calibration batches for pruning and quantization: training windows of a fixed stream."""
     samples = trial.settings.prune.calibration_samples if trial.settings.prune else 32
     batch_size = trial.settings.train.batch_size
@@ -303,7 +305,7 @@ def train_calibration(trial: Trial) -> list[torch.Tensor]:
     return [next(batches)[0].to(trial.device) for _ in range(math.ceil(samples / batch_size))]
 
 
-def validation(trial: Trial) -> Callable[[nn.Module], float]:
+def validation(trial: BuiltTrial) -> Callable[[nn.Module], float]:
     """The task's validation loss of a candidate model (greedy pruning's objective)."""
     train = trial.settings.train
 
@@ -345,7 +347,7 @@ def evaluate_pretrained(
     return {**evaluation.metrics, **compressed, "params": params}
 
 
-def efficiency(trial: Trial, result: TrialResult, clock: Clock) -> dict[str, float]:
+def efficiency(trial: BuiltTrial, result: TrialResult, clock: Clock) -> dict[str, float]:
     return {
         "train_loss": result.series[-1].metrics["train_loss"],
         "tokens_per_s": result.tokens / clock.train_s if clock.train_s else 0.0,
