@@ -17,7 +17,7 @@ from harness.spec.schema import InitProfile, StrictModel
 def default_d_ff(d_model: int, mlp: str) -> int:
     """4 * d_model, or for SwiGLU 8/3 * d_model rounded up to a multiple of 8 (same parameters)."""
     if mlp == "swiglu":
-        return -(-round(8 * d_model / 3) // 8) * 8
+        return -(-((8 * d_model + 1) // 3) // 8) * 8  # round(8d/3), in integers (no float overflow)
     return 4 * d_model
 
 
