@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import threading
 
     from harness.ranking import Ranking
+    from harness.ranking.suite import RankPlan
     from harness.records import TrialResult
 
 app = typer.Typer(
@@ -252,6 +253,13 @@ def plan_changed(engine: Engine, suite: str, keys: list[str]) -> bool:
     return found is None or found[1] != keys
 
 
+def current_plan(suite: Suite) -> RankPlan:
+    """What `rank` ranks of a suite file: its trials as planned now."""
+    from harness.ranking.suite import plan_of
+
+    return plan_of(suite, [trial.key for trial in plan_suite(suite)])
+
+
 def build_ranking(
     suite: Suite, engine: Engine, metric: str | None = None, all_points: bool = False
 ) -> Ranking | None:
@@ -260,7 +268,7 @@ def build_ranking(
     from harness.ranking.suite import rank_suite
 
     try:
-        return rank_suite(engine, suite, metric=metric, all_points=all_points)
+        return rank_suite(engine, current_plan(suite), metric=metric, all_points=all_points)
     except RegistryError as error:
         raise fail(str(error)) from None
 
@@ -323,7 +331,8 @@ def report(
 
     suite = load(suite_path)
     try:
-        path = write_report(open_db(db), suite, out or Path("reports") / suite.suite)
+        plan = current_plan(suite)
+        path = write_report(open_db(db), suite, plan, out or Path("reports") / suite.suite)
     except ReportError as error:
         raise fail(str(error)) from None
     except RegistryError as error:

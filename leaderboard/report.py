@@ -20,7 +20,7 @@ import pandas as pd
 from harness.ranking import Ranking, RankRow
 from harness.ranking.findings import Finding
 from harness.ranking.render import to_markdown
-from harness.ranking.suite import rank_suite
+from harness.ranking.suite import RankPlan, rank_suite
 from harness.registry import METRICS
 from harness.spec.schema import Suite
 from leaderboard import data
@@ -52,9 +52,10 @@ class Figure:
     figure: go.Figure
 
 
-def write_report(engine: Engine, suite: Suite, out: Path) -> Path:
-    """Write `out/report.md` and `out/figures/*.png`; returns the markdown file."""
-    ranking = rank_suite(engine, suite)
+def write_report(engine: Engine, suite: Suite, plan: RankPlan, out: Path) -> Path:
+    """Write `out/report.md` and `out/figures/*.png` for `plan` (the suite's trials to rank);
+    returns the markdown file."""
+    ranking = rank_suite(engine, plan)
     if ranking is None:
         raise ReportError(
             f"no stored results for suite '{suite.suite}': run it with `layerbench run`"

@@ -43,11 +43,8 @@ class RankPlan:
     """The suite's models in suite order: the recipes of claims that list none."""
 
 
-def plan_of(suite: Suite) -> RankPlan:
-    """The plan of a suite file as it is now."""
-    from harness.runner.plan import plan_suite
-
-    keys = [trial.key for trial in plan_suite(suite)]
+def plan_of(suite: Suite, keys: list[str]) -> RankPlan:
+    """What to rank of a suite file: its trials `keys` (as the runner plans them now)."""
     return RankPlan(
         suite.suite, keys, suite.baseline, suite.rank, (), tuple(suite.expect), tuple(suite.models)
     )
@@ -121,7 +118,7 @@ def paused_gc() -> Iterator[None]:
 @paused_gc()
 def rank_suite(
     engine: Engine,
-    suite: Suite | str,
+    suite: RankPlan | str,
     *,
     metric: str | None = None,
     baseline: str | None = UNSET,
@@ -132,13 +129,13 @@ def rank_suite(
     nightly: bool = True,
     examples: ExampleOutcomes | None = UNSET,
 ) -> Ranking | None:
-    """Rank a suite's current trials (a suite file, or a suite name: the plan its latest run
-    recorded). `metric`, `baseline`, `alpha` override the suite's; `keep` filters the outcomes
-    (the leaderboard's sidebar); `current_only=False` ranks every stored trial (History);
-    `all_points` ranks each sweep point as a method. With `nightly` (and `current_only`), the last
-    finished nightly run is ranked when it is newer. `examples` (default: read from the store)
+    """Rank a suite's current trials (a suite file's plan, `plan_of`, or a suite name: the plan
+    its latest run recorded). `metric`, `baseline`, `alpha` override the suite's; `keep` filters
+    the outcomes (the leaderboard's sidebar); `current_only=False` ranks every stored trial
+    (History); `all_points` ranks each sweep point as a method. With `nightly` (and
+    `current_only`), the last finished nightly run is ranked when it is newer. `examples` (default: read from the store)
     gives example-level statistics to single-seed groups. None when nothing is stored."""
-    plan = plan_of(suite) if isinstance(suite, Suite) else recorded(engine, suite)
+    plan = suite if isinstance(suite, RankPlan) else recorded(engine, suite)
     if not current_only:
         plan = replace(plan, keys=suite_keys(engine, plan.suite), warnings=())
     latest = nightly and current_only
