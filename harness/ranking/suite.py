@@ -133,8 +133,9 @@ def rank_suite(
     its latest run recorded). `metric`, `baseline`, `alpha` override the suite's; `keep` filters
     the outcomes (the leaderboard's sidebar); `current_only=False` ranks every stored trial
     (History); `all_points` ranks each sweep point as a method. With `nightly` (and
-    `current_only`), the last finished nightly run is ranked when it is newer. `examples` (default: read from the store)
-    gives example-level statistics to single-seed groups. None when nothing is stored."""
+    `current_only`), the last finished nightly run is ranked when it is newer. `examples`
+    (default: read from the store) gives example-level statistics to single-seed groups. None
+    when nothing is stored."""
     plan = suite if isinstance(suite, RankPlan) else recorded(engine, suite)
     if not current_only:
         plan = replace(plan, keys=suite_keys(engine, plan.suite), warnings=())
