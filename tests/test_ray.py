@@ -122,8 +122,8 @@ def wait_for_new_pid(pids: Path, seen: set[str], timeout_s: float = 120) -> int:
 
 @pytest.mark.xfail(
     strict=False,
-    reason="flaky: passed in 2 of 3 clean-clone CI runs; once no retried worker started within 120 s"
-    " (cause not found, issue 16 left open)",
+    reason="flaky: passed in 2 of 3 clean-clone CI runs; once no retried worker started within"
+    " 120 s (cause not found, issue 16 left open)",
 )
 def test_killed_worker_is_retried_then_failed_and_a_rerun_completes_it(
     ray_cluster: tuple[str, Path], tmp_path: Path
