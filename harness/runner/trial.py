@@ -89,6 +89,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model(),
         "cpu": cpu_model(),
         "threads": torch.get_num_threads(),
+        "niceness": os.nice(0),  # a lower priority slows every step beside other work
         "host": platform.node(),
         "numpy_version": np.__version__,
     }
