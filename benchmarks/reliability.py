@@ -165,10 +165,17 @@ def audit(url: str, suite: Path, mlflow_uri: str | None = None) -> dict[str, int
         "orphaned_running": sum(t.status == "running" for t in trials.values()),
         "attempts": sum(t.attempts for t in trials.values()),
         "statuses": dict(Counter(t.status for t in trials.values())),
+        "reasons": dict(Counter(last_line(t.error) for t in trials.values() if t.error)),
     }
     if mlflow_uri is not None:
         figures |= mlflow_audit(mlflow_uri, load_suite(suite).suite, trials)
     return figures
+
+
+def last_line(error: str) -> str:
+    """A stored error's last line (a traceback's exception), so the campaign keeps why a trial
+    failed after its temporary database is gone."""
+    return error.strip().splitlines()[-1][:300] if error.strip() else ""
 
 
 def mlflow_audit(uri: str, suite: str, trials: dict[str, Trial]) -> dict[str, int]:
