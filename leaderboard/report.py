@@ -181,7 +181,6 @@ def findings_figure(findings: list[Finding]) -> Figure:
 def export(figures: list[Figure], folder: Path) -> None:
     """All figures to PNG in one kaleido session (one Chromium start)."""
     import plotly.io as pio
-    from choreographer.errors import ChromeNotFoundError
 
     if not figures:
         return
@@ -193,11 +192,23 @@ def export(figures: list[Figure], folder: Path) -> None:
             width=WIDTH,
             height=[f.figure.layout.height or HEIGHT for f in figures],
         )
-    except ChromeNotFoundError:
+    except RuntimeError as error:
+        if not chrome_missing(error):
+            raise
         raise ReportError(
             "kaleido needs a Chromium to draw the figures: install Debian's chromium "
             "(`make chromium`)"
         ) from None
+
+
+def chrome_missing(error: BaseException) -> bool:
+    """Whether kaleido found no browser: its ChromeNotFoundError, raised as is or (by plotly)
+    as a RuntimeError raised while handling it."""
+    from kaleido.errors import ChromeNotFoundError
+
+    return isinstance(error, ChromeNotFoundError) or isinstance(
+        error.__context__, ChromeNotFoundError
+    )
 
 
 def markdown(suite: Suite, ranking: Ranking, figures: list[Figure]) -> str:

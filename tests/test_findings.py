@@ -299,6 +299,25 @@ def test_report_writes_markdown_and_non_trivial_figures(tmp_path: Path) -> None:
             assert len(image.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 10  # not blank
 
 
+def test_report_without_a_browser_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import plotly.io as pio
+    from kaleido.errors import ChromeNotFoundError
+
+    def no_browser(*args: object, **kwargs: object) -> None:
+        try:  # what plotly does when kaleido finds no Chrome
+            raise ChromeNotFoundError("no chrome")
+        except ChromeNotFoundError:
+            raise RuntimeError("Kaleido requires Google Chrome to be installed.") from None
+
+    monkeypatch.setattr(pio, "write_images", no_browser)
+    suite = store_claims_suite(tmp_path)
+    done = runner.invoke(app, ["report", str(suite), "--out", str(tmp_path / "out")])
+    assert done.exit_code == 2, done.output
+    assert "install Debian's chromium" in done.output and "Traceback" not in done.output
+
+
 def test_report_without_results_is_one_clear_error(tmp_path: Path) -> None:
     suite = claims_suite(tmp_path, "  - {method: post-ln, direction: worse, source: x}\n")
     done = runner.invoke(app, ["report", str(suite), "--out", str(tmp_path / "out")])
