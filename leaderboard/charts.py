@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -10,7 +11,9 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 Direction = Literal["min", "max"]
-PALETTE = qualitative.Plotly
+PALETTE = qualitative.Dark24  # a suite compares up to ~20 methods: no colour twice
+LEGEND_ROW_PX = 22
+LOG_SCALE_DECADES = 2.0  # a statistic spanning more than this many decades is drawn in log10
 AXIS_TITLES = {"step": "step", "train_time_s": "train time (s)"}
 
 
@@ -52,25 +55,57 @@ def learning_curves(series: pd.DataFrame, metric: str, x: str) -> go.Figure:
         figure.add_scatter(
             x=curve[x], y=curve["mean"], name=method, legendgroup=method, line={"color": color}
         )
+    legend_px = 80 + LEGEND_ROW_PX * bands["method"].nunique()  # every method's name shown
     figure.update_layout(
-        xaxis_title=AXIS_TITLES.get(x, x), yaxis_title=metric, margin={"t": 30}, height=380
+        xaxis_title=AXIS_TITLES.get(x, x),
+        yaxis_title=metric,
+        margin={"t": 30},
+        height=max(380, legend_px),
     )
     return figure
 
 
-def layer_heatmap(stats: pd.DataFrame, title: str, zrange: tuple[float, float]) -> go.Figure:
-    """A (layer x step) heatmap of a statistic averaged over seeds (columns step, layer, value).
+@dataclass(frozen=True)
+class HeatmapScale:
+    """One colour scale for the heatmaps of several methods, so they compare: linear, or log10
+    when the values span orders of magnitude (a vanishing gradient is 1e-9 beside 0.02); zeros
+    are drawn at the smallest positive value."""
 
-    `zrange` fixes the colour scale, so heatmaps of several methods compare.
-    """
+    zmin: float
+    zmax: float
+    log: bool
+    floor: float = 0.0
+
+    @classmethod
+    def of(cls, values: pd.Series) -> HeatmapScale:
+        finite = values[np.isfinite(values)]
+        positive = finite[finite > 0]
+        if finite.empty:
+            return cls(0.0, 1.0, log=False)
+        low, high = float(finite.min()), float(finite.max())
+        if low < 0 or positive.empty:
+            return cls(low, high, log=False)
+        floor = float(positive.min())
+        if np.log10(high / floor) <= LOG_SCALE_DECADES:
+            return cls(low, high, log=False)
+        return cls(float(np.log10(floor)), float(np.log10(high)), log=True, floor=floor)
+
+    def z(self, grid: np.ndarray) -> np.ndarray:
+        return np.log10(np.maximum(grid, self.floor)) if self.log else grid
+
+
+def layer_heatmap(stats: pd.DataFrame, title: str, scale: HeatmapScale) -> go.Figure:
+    """A (layer x step) heatmap of a statistic averaged over seeds (columns step, layer, value),
+    on the colour scale shared by the methods compared."""
     grid = stats.pivot_table(index="layer", columns="step", values="value", aggfunc="mean")
     heatmap = go.Heatmap(
-        z=grid.to_numpy(),
+        z=scale.z(grid.to_numpy()),
         x=grid.columns,
         y=grid.index,
-        zmin=zrange[0],
-        zmax=zrange[1],
+        zmin=scale.zmin,
+        zmax=scale.zmax,
         colorscale="Viridis",
+        colorbar={"title": {"text": "log10" if scale.log else ""}},
     )
     figure = go.Figure(heatmap)
     figure.update_layout(

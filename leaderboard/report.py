@@ -24,7 +24,13 @@ from harness.ranking.suite import RankPlan, rank_suite
 from harness.registry import METRICS
 from harness.spec.schema import Suite
 from leaderboard import data
-from leaderboard.charts import forest_plot, layer_heatmap, learning_curves, pareto_plot
+from leaderboard.charts import (
+    HeatmapScale,
+    forest_plot,
+    layer_heatmap,
+    learning_curves,
+    pareto_plot,
+)
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -106,14 +112,15 @@ def group_figures(
         chosen = stats[stats["name"] == stat].assign(method=lambda f: f["key"].map(method_of))
         if chosen.empty:
             continue
-        zrange = (chosen["value"].min(), chosen["value"].max())
+        scale = HeatmapScale.of(chosen["value"])
         for method in (row.method for row in rows if row.method in set(chosen["method"])):
             found.append(
                 Figure(
                     slug(task, model, stat, method),
                     heading,
-                    f"{method}: {stat} by layer and step (mean over seeds; one scale per stat)",
-                    layer_heatmap(chosen[chosen["method"] == method], f"{method}: {stat}", zrange),
+                    f"{method}: {stat} by layer and step (mean over seeds; one scale per stat"
+                    f"{', log10' if scale.log else ''})",
+                    layer_heatmap(chosen[chosen["method"] == method], f"{method}: {stat}", scale),
                 )
             )
     found += pareto_figures(engine, ranking, heading, rows, method_of)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from harness.ranking import TrialOutcome
-from leaderboard.charts import curve_bands, pareto_front
+from leaderboard.charts import HeatmapScale, curve_bands, layer_heatmap, pareto_front
 from leaderboard.filters import Selection, method_families, select
 from leaderboard.links import mlflow_run_url
 from leaderboard.tables import alerts_on_history
@@ -82,6 +82,19 @@ def test_curve_bands_average_seeds_per_step_and_skip_missing_values() -> None:
     assert bands["std"].tolist() == pytest.approx([np.sqrt(2), np.sqrt(2)])
     assert bands["seeds"].tolist() == [2, 2]
     assert bands["train_time_s"].tolist() == [2.0, 4.0]
+
+
+def test_heatmaps_of_values_spanning_decades_are_drawn_in_log10_with_zeros_at_the_floor() -> None:
+    vanishing = pd.Series([4e-9, 3e-7, 0.0187, 0.0])  # Post-LN's gradient norm by depth, and 0
+    scale = HeatmapScale.of(vanishing)
+    assert scale.log and scale.floor == 4e-9
+    assert (scale.zmin, scale.zmax) == pytest.approx((np.log10(4e-9), np.log10(0.0187)))
+    stats = pd.DataFrame({"step": [300] * 4, "layer": [0, 1, 2, 3], "value": vanishing})
+    (heatmap,) = layer_heatmap(stats, "post-ln", scale).data
+    assert np.asarray(heatmap.z).ravel() == pytest.approx(np.log10([4e-9, 3e-7, 0.0187, 4e-9]))
+    narrow = HeatmapScale.of(pd.Series([1.0, 1.5, 5.63, np.inf]))  # within two decades: linear
+    assert not narrow.log and (narrow.zmin, narrow.zmax) == (1.0, 5.63)
+    assert not HeatmapScale.of(pd.Series([-1.0, 100.0])).log  # negative values: linear
 
 
 def test_alerts_sit_on_the_curve_of_their_run_and_method() -> None:

@@ -9,7 +9,7 @@ from harness.ranking import Ranking, RankRow, TrialOutcome
 from harness.records import DONE
 from harness.registry import METRICS
 from leaderboard import data
-from leaderboard.charts import layer_heatmap, learning_curves, pareto_plot
+from leaderboard.charts import HeatmapScale, layer_heatmap, learning_curves, pareto_plot
 from leaderboard.state import Context, board, current
 from leaderboard.text import plain
 
@@ -68,12 +68,15 @@ def heatmaps(context: Context, method_of: dict[str, str], methods: list[str]) ->
         st.info("No layer statistics are stored for these trials.")
         return
     name = st.selectbox("Statistic", sorted(stats["name"].unique()))
-    st.caption("Mean over seeds at each evaluation step; one colour scale for all methods.")
     stats = stats[stats["name"] == name].assign(method=lambda f: f["key"].map(method_of))
-    zrange = (stats["value"].min(), stats["value"].max())
+    scale = HeatmapScale.of(stats["value"])
+    st.caption(
+        "Mean over seeds at each evaluation step; one colour scale for all methods"
+        + (" (log10: the values span orders of magnitude)." if scale.log else ".")
+    )
     columns = st.columns(2)
     for index, method in enumerate(m for m in methods if m in set(stats["method"])):
-        figure = layer_heatmap(stats[stats["method"] == method], f"{method}: {name}", zrange)
+        figure = layer_heatmap(stats[stats["method"] == method], f"{method}: {name}", scale)
         columns[index % 2].plotly_chart(figure)
 
 
