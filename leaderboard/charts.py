@@ -12,7 +12,7 @@ from plotly.colors import qualitative
 
 Direction = Literal["min", "max"]
 PALETTE = qualitative.Dark24  # a suite compares up to ~20 methods: no colour twice
-LEGEND_ROW_PX = 22
+LEGEND_ROW_PX = 30
 LOG_SCALE_DECADES = 2.0  # a statistic spanning more than this many decades is drawn in log10
 AXIS_TITLES = {"step": "step", "train_time_s": "train time (s)"}
 
