@@ -55,7 +55,7 @@ def learning_curves(series: pd.DataFrame, metric: str, x: str) -> go.Figure:
         figure.add_scatter(
             x=curve[x], y=curve["mean"], name=method, legendgroup=method, line={"color": color}
         )
-    legend_px = 80 + LEGEND_ROW_PX * bands["method"].nunique()  # every method's name shown
+    legend_px = 160 + LEGEND_ROW_PX * bands["method"].nunique()  # every method's name shown
     figure.update_layout(
         xaxis_title=AXIS_TITLES.get(x, x),
         yaxis_title=metric,
