@@ -353,6 +353,21 @@ def test_seeds_needed_for_a_tie_matches_a_paired_t_power_computation() -> None:
     assert np.isnan(seeds_needed(0.0, 1.0, 0.05)).all()
 
 
+def test_seeds_needed_are_at_holms_strictest_level_when_several_methods_face_the_baseline() -> None:
+    from harness.ranking.stats import seeds_needed
+
+    base = [1.0, 1.5, 1.2, 0.9]
+    x, y = [1.05, 1.4, 1.35, 0.95], [1.1, 1.45, 1.3, 1.0]
+    ranking = rank(outcomes("base", base) + outcomes("x", x) + outcomes("y", y), "val_loss", "base")
+    for name, values in {"x": x, "y": y}.items():
+        row = row_of(ranking, name)
+        diffs = np.subtract(values, base)
+        assert row.verdict == "tie"
+        # two comparisons adjusted by Holm: the first must pass 0.05 / 2
+        assert row.seeds_needed == seeds_needed(diffs.mean(), diffs.std(ddof=1), 0.025)[0]
+        assert row.seeds_needed > seeds_needed(diffs.mean(), diffs.std(ddof=1), 0.05)[0]
+
+
 def test_unknown_metric_raises_and_an_absent_baseline_is_said() -> None:
     with pytest.raises(RegistryError, match="val_los"):
         rank(outcomes("a", [1.0]), "val_los", None)

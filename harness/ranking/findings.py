@@ -17,8 +17,10 @@ Per recipe, over the seeds both methods finished (`harness.ranking.stats`):
 - `tie` (equivalence, Schuirmann's interval-inclusion rule): **reproduced** when the interval
   lies inside +-margin, **contradicted** when it lies wholly outside, else **inconclusive**; an
   unequal count of failed seeds contradicts a tie;
-- seeds needed: the seeds at which a paired t-test at alpha has 80% power to detect the observed
-  difference (Cohen, 1988), or for a tie, to exclude the nearer margin (margin - |difference|).
+- seeds needed: the seeds at which a paired t-test has 80% power to detect the observed
+  difference (Cohen, 1988) at alpha / (the directional checks Holm adjusts over), the level the
+  first of them must pass, or for a tie, to exclude the nearer margin (margin - |difference|)
+  at alpha.
 
 A claim's verdict is its recipes' common verdict, or **fragile** when they differ: `flipped_by`
 names the recipes whose verdict differs from the first recipe's (the paper's, listed first).
@@ -101,7 +103,7 @@ class _Pending:
     p: float | None
     favours: int  # +1 the difference favours method, -1 than, 0 neither
     failures: tuple[int, int]
-    seeds_needed: int | None
+    sd: float  # of the paired differences; NaN below 2 pairs
 
 
 def findings(
@@ -129,7 +131,10 @@ def findings(
     adjusted = dict(
         zip(tested, map(float, holm([float(pending[i].p or 0.0) for i in tested])), strict=True)
     )
-    checks = [_decide(claims[c.claim], c, adjusted.get(i), alpha) for i, c in enumerate(pending)]
+    each = alpha / max(1, len(tested))  # Holm's strictest level: what seeds needed must reach
+    checks = [
+        _decide(claims[c.claim], c, adjusted.get(i), alpha, each) for i, c in enumerate(pending)
+    ]
     return [
         _finding(
             index,
@@ -189,11 +194,6 @@ def _pending(
     favours = (
         0 if delta is None or delta == 0 else (1 if (delta < 0) == (direction == "min") else -1)
     )
-    if claim.direction == "tie":
-        room = (claim.margin or 0.0) - abs(delta or 0.0)
-        needed = seeds_needed(room, sd, alpha)[0] if delta is not None and room > 0 else np.nan
-    else:
-        needed = seeds_needed(delta if delta is not None else np.nan, sd, alpha)[0]
     return _Pending(
         index,
         group.model,
@@ -204,15 +204,29 @@ def _pending(
         p,
         favours,
         failures,
-        None if np.isnan(needed) else int(needed),
+        sd,
     )
+
+
+def _seeds_needed(claim: Claim, check: _Pending, alpha: float, each: float) -> int | None:
+    """See the module doc: for a tie at `alpha`, else at `each` (Holm's strictest level)."""
+    if check.delta is None:
+        return None
+    if claim.direction == "tie":
+        room = (claim.margin or 0.0) - abs(check.delta)
+        needed = seeds_needed(room, check.sd, alpha)[0] if room > 0 else np.nan
+    else:
+        needed = seeds_needed(check.delta, check.sd, each)[0]
+    return None if np.isnan(needed) else int(needed)
 
 
 def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def _decide(claim: Claim, check: _Pending, p: float | None, alpha: float) -> RecipeCheck:
+def _decide(
+    claim: Claim, check: _Pending, p: float | None, alpha: float, each: float
+) -> RecipeCheck:
     verdict: Verdict = "inconclusive"
     decided_by: Literal["test", "interval", "failures"] | None = None
     own, other = check.failures
@@ -243,7 +257,7 @@ def _decide(claim: Claim, check: _Pending, p: float | None, alpha: float) -> Rec
         low,
         high,
         p,
-        check.seeds_needed,
+        _seeds_needed(claim, check, alpha, each),
         verdict,
         decided_by,
         check.failures,
