@@ -86,6 +86,29 @@ def test_docs_sweep_tables_bold_the_best_by_the_metrics_direction() -> None:
     assert "0.2: **0.9**" in text and "0.1: 0.2" in text
 
 
+def test_docs_layer_tables_average_each_block_over_seeds_at_the_last_step() -> None:
+    from harness.records import LayerStat
+
+    url = os.environ["LAYERBENCH_DB"]
+    upgrade(make_engine(url))
+    rng = np.random.default_rng(0)
+    results = []
+    for trial in planned("layers", {"post": {}}, ["gpt"], ["t"], [0, 1]):
+        result = fake_result("done", 1.0, rng)
+        result.layer_stats = [
+            LayerStat(step, layer, "grad_norm", (trial.seed + 1) * 10.0**-layer * step)
+            for step in (50, 100)
+            for layer in (0, 1)
+        ]
+        results.append((trial, result))
+    store(make_engine(url), results)
+    docs = load_docs_tables()
+    table = docs.layer_table(url, "layers", "grad_norm", "t", "gpt", ["post", "absent"])
+    assert table.header == ["method", "block 0", "block 1"]
+    (row,) = table.sections[0].rows  # a method with no trials has no row
+    assert [cell.value for cell in row] == ["post", 150.0, 15.0]  # step 100, seeds 1x and 2x
+
+
 def test_overall_order_follows_rank_aggregate() -> None:
     runs = outcomes("base", [2.0, 2.0]) + outcomes("a", [1.0, 1.0]) + outcomes("b", [1.5, 1.5])
     runs += outcomes("base", [1.0, 1.0], "t2") + outcomes("a", [3.0, 3.0], "t2")

@@ -8,7 +8,11 @@ With `--sweep FIELD` instead of `--by`, one row per (method, task): the mean of 
 swept value of FIELD (e.g. optimizer.lr), the best in bold (best by the metric's direction in
 `harness.registry.METRICS`), seeds that did not finish counted.
 
-Both are `harness.ranking.Table`s rendered by `harness.ranking.render.table_md`, the renderer
+With `--layers STAT --task T --model M`, one row per method: STAT (a layer statistic such as
+grad_norm or hidden_rms) of each block at each trial's last recorded step, mean over the done
+seeds.
+
+All are `harness.ranking.Table`s rendered by `harness.ranking.render.table_md`, the renderer
 of `layerbench rank --format md`.
 """
 
@@ -17,7 +21,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from harness.ranking import Cell, Section, Table
@@ -25,7 +29,7 @@ from harness.ranking.render import table_md
 from harness.ranking.table import number
 from harness.registry import METRICS
 from harness.store.db import make_engine
-from harness.store.models import Result, Trial
+from harness.store.models import LayerStatistic, Result, Trial
 
 
 def values(db: str, suite: str, names: set[str]) -> dict[tuple[str, str], dict[str, float]]:
@@ -92,6 +96,41 @@ def sweep_table(db: str, suite: str, metric: str, field: str) -> Table:
     return Table(f"{metric} at each {field}", header, [Section("", rows)])
 
 
+def layer_table(db: str, suite: str, stat: str, task: str, model: str, methods: list[str]) -> Table:
+    """`stat` of each block at each done trial's last recorded step, mean over seeds."""
+    last = (
+        select(LayerStatistic.trial_id, func.max(LayerStatistic.step).label("step"))
+        .where(LayerStatistic.name == stat)
+        .group_by(LayerStatistic.trial_id)
+        .subquery()
+    )
+    query = (
+        select(Trial.method, LayerStatistic.layer, LayerStatistic.value)
+        .join(LayerStatistic, LayerStatistic.trial_id == Trial.id)
+        .join(last, (last.c.trial_id == Trial.id) & (last.c.step == LayerStatistic.step))
+        .where(Trial.suite == suite, Trial.task == task, Trial.model == model)
+        .where(Trial.status == "done", LayerStatistic.name == stat)
+    )
+    found: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    with Session(make_engine(db, read_only=True)) as session:
+        for method, layer, value in session.execute(query):
+            if value is not None:
+                found[method][layer].append(value)
+    blocks = sorted({layer for by_layer in found.values() for layer in by_layer})
+    rows = [
+        [Cell(method, method)]
+        + [number(_mean(found[method].get(layer, [])), ".3g") for layer in blocks]
+        for method in methods
+        if method in found
+    ]
+    header = ["method", *(f"block {layer}" for layer in blocks)]
+    return Table(f"{stat} by block, last step ({task} / {model})", header, [Section("", rows)])
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def _point(point: float, mean: float | None, found: list[float | None], best: bool) -> str:
     shown = "no finished seed" if mean is None else f"{mean:.4g}"
     missing = sum(v is None for v in found)
@@ -103,17 +142,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True)
     parser.add_argument("--suite", required=True)
-    parser.add_argument("--metric", required=True)
+    parser.add_argument("--metric", help="required except with --layers")
     parser.add_argument("--by")
     parser.add_argument("--methods", nargs="+")
     parser.add_argument("--sweep", metavar="FIELD")
+    parser.add_argument("--layers", metavar="STAT")
+    parser.add_argument("--task")
+    parser.add_argument("--model")
     args = parser.parse_args()
-    if args.sweep:
+    if args.layers and args.task and args.model and args.methods:
+        layers = layer_table(args.db, args.suite, args.layers, args.task, args.model, args.methods)
+        print(table_md(layers))
+    elif not args.metric:
+        parser.error("--metric is required except with --layers")
+    elif args.sweep:
         print(table_md(sweep_table(args.db, args.suite, args.metric, args.sweep)))
     elif args.by and args.methods:
         print(table_md(table(args.db, args.suite, args.metric, args.by, args.methods)))
     else:
-        parser.error("give --sweep FIELD, or --by and --methods")
+        parser.error(
+            "give --sweep FIELD, --by and --methods, or --layers, --task, --model and --methods"
+        )
 
 
 if __name__ == "__main__":
