@@ -6,7 +6,10 @@ import importlib.util
 import io
 import json
 import math
+import multiprocessing
+import os
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +230,36 @@ def test_smollm2_is_converted_once_to_safetensors(
     ids = first.tokenizer("To be, or not to be", return_tensors="pt").input_ids
     with torch.no_grad():
         assert torch.equal(first.model(ids).logits, again.model(ids).logits)
+
+
+def slow_conversion(target: Path) -> None:
+    """A stand-in for dequantizing a GGUF model: slow, and it counts its runs."""
+    with (target.parent / "conversions.log").open("a") as log:
+        log.write(f"{os.getpid()}\n")
+    time.sleep(1.0)
+    (target / "weights.bin").write_bytes(b"w" * 1000)
+    (target / "config.json").write_text("{}")
+
+
+def convert_in_a_process(target: str) -> str:
+    from harness.models.pretrained import convert_once
+
+    return str(convert_once(Path(target), slow_conversion))
+
+
+def test_trials_starting_together_convert_a_model_once(tmp_path: Path) -> None:
+    target = tmp_path / "models" / "smollm2-135m"
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        done = pool.map(convert_in_a_process, [str(target)] * 3)
+    assert done == [str(target)] * 3
+    assert len((tmp_path / "models" / "conversions.log").read_text().splitlines()) == 1
+    assert (target / "weights.bin").stat().st_size == 1000
+    leftovers = {p.name for p in target.parent.iterdir()} - {
+        "smollm2-135m",
+        "smollm2-135m.lock",
+        "conversions.log",
+    }
+    assert not leftovers  # no staging folder left behind
 
 
 def test_calibration_windows_are_spread_over_the_train_split(

@@ -7,11 +7,15 @@ A GGUF model is dequantized once and cached as safetensors under the LayerBench 
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -52,38 +56,56 @@ def converted_dir(name: str) -> Path:
 
 
 def gguf_to_safetensors(folder: Path, gguf_file: str, target: Path) -> None:
-    """Dequantize a GGUF model once and save it as safetensors (reloads in about a second)."""
+    """Dequantize a GGUF model and save it as safetensors in `target` (reloads in about a
+    second)."""
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
     dequantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file)
     config = dequantized.config
     del config.quantization_config
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(dequantized.state_dict())
-    staging = target.with_name(target.name + ".partial")
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    staging.rename(target)
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+
+
+def convert_once(target: Path, convert: Callable[[Path], None]) -> Path:
+    """`target`, written by `convert(folder)` unless it is there: once, however many trial
+    processes ask at the same time (a file lock; the first converts, the others wait and reuse
+    it), into a folder of this process's own that is renamed into place when complete."""
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(target.with_name(target.name + ".lock")):
+        if (target / "config.json").exists():
+            return target
+        shutil.rmtree(target, ignore_errors=True)  # an incomplete folder of an older version
+        staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+        try:
+            convert(staging)
+            staging.rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def resolve_source(source: str) -> Path | str:
     """A loadable folder for `source`, converting a packaged or GGUF model on first use."""
     if source in PACKAGED:
         packaged = PACKAGED[source]
-        target = converted_dir(source)
-        if not (target / "config.json").exists():
-            folder = packaged.package.require(f"model '{source}'")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            gguf_to_safetensors(folder, packaged.gguf_file, target)
-        return target
+        return convert_once(
+            converted_dir(source),
+            lambda target: gguf_to_safetensors(
+                packaged.package.require(f"model '{source}'"), packaged.gguf_file, target
+            ),
+        )
     path = Path(source).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
             raise DataMissingError(f"model '{source}': no such GGUF file")
-        target = converted_dir(f"gguf-{path.stem}")
-        if not (target / "config.json").exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            gguf_to_safetensors(path.parent, path.name, target)
-        return target
+        return convert_once(
+            converted_dir(f"gguf-{path.stem}"),
+            lambda target: gguf_to_safetensors(path.parent, path.name, target),
+        )
     if path.exists():
         return path
     return source
