@@ -163,7 +163,9 @@ def test_single_seed_groups_with_example_outcomes_get_example_level_statistics()
     low, high = wilson_ci(good[None, :])
     assert (rows["good"].ci_low, rows["good"].ci_high) == pytest.approx((low[0], high[0]))
     assert rows["good"].n == 1 and rows["good"].mean == pytest.approx(50 / n)
-    assert "snarks / smollm (over examples)" in format_ranking(ranking, "md")
+    assert "snarks / smollm (over examples: Wilson CI and exact McNemar" in format_ranking(
+        ranking, "md"
+    )
     # bits per byte per window: bootstrap intervals and paired t over windows
     rng = np.random.default_rng(0)
     windows = rng.normal(1.0, 0.1, 40)
@@ -181,7 +183,7 @@ def test_single_seed_groups_with_example_outcomes_get_example_level_statistics()
     assert (worse.unit, worse.verdict) == ("examples", "worse")
     assert worse.p_value == pytest.approx(stats.ttest_rel(shifted, windows).pvalue)
     assert worse.ci_low is not None and worse.ci_low < worse.mean < worse.ci_high
-    assert group_table(bits).sections[0].title.endswith("(over examples)")
+    assert "(over examples: " in group_table(bits).sections[0].title
     # with the bytes of each window, bits per byte is the byte-weighted mean, as the trial's
     assert weight_name("bits_per_byte") == task_weight_name("bits_per_byte")
     nbytes = rng.integers(100, 1000, 40).astype(float)

@@ -154,6 +154,13 @@ def row_cells(row: RankRow, ranking: Ranking) -> list[Cell]:
     return cells
 
 
+# one seed: the interval and the test are over the examples, not the header's seed statistics
+EXAMPLES_NOTE = (
+    " (over examples: Wilson CI and exact McNemar for right/wrong outcomes,"
+    " bootstrap CI and paired t-test over windows otherwise)"
+)
+
+
 def group_table(ranking: Ranking) -> Table:
     """One section per (task, model) group, rows in rank order."""
     sections: dict[tuple[str, str], list[RankRow]] = {}
@@ -164,7 +171,7 @@ def group_table(ranking: Ranking) -> Table:
         group_header(ranking),
         [
             Section(
-                f"{task} / {model}" + (" (over examples)" if rows[0].unit == "examples" else ""),
+                f"{task} / {model}" + (EXAMPLES_NOTE if rows[0].unit == "examples" else ""),
                 [row_cells(row, ranking) for row in rows],
                 {"task": task, "model": model},
             )
