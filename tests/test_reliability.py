@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, select, update
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from benchmarks.reliability import audit, environment, lr_methods, output_of, start, write_suite
@@ -33,6 +33,23 @@ def run_id(engine: Engine) -> int:
     """A suite run for the ledgers' claims to belong to."""
     with suite_run(engine, "campaign", "manual", 0, None) as run:
         return run.id
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_claim_that_breaks_a_constraint_raises_instead_of_passing_for_taken(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        f"sqlite:///{tmp_path / 'claims.db'}"
+        if backend == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    engine = open_database(url)
+    trial = planned(tmp_path)[0]
+    with pytest.raises(IntegrityError):  # no such suite run: not "another runner has it"
+        StoreLedger(engine, suite_run_id=10**6).claim(trial)
+    ledger = StoreLedger(engine, suite_run_id=run_id(engine))
+    assert ledger.claim(trial) and not StoreLedger(engine, run_id(engine)).claim(trial)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])

@@ -17,8 +17,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, delete, event, insert, select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy import Connection, Engine, create_engine, delete, event, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
 from harness.env import git_commit
@@ -171,6 +172,15 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def insert_unless_key_exists(connection: Connection, values: dict[str, Any]) -> bool:
+    """Insert a trial row unless its key is already stored (another runner's claim won the
+    race): whether it was inserted. Any other integrity error (a missing value, a broken
+    reference) still raises."""
+    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite  # the two
+    statement = dialect.insert(Trial).values(values).on_conflict_do_nothing(index_elements=["key"])
+    return connection.execute(statement.returning(Trial.id)).first() is not None
+
+
 class StoreLedger:
     """The runner's ledger on SQL: atomic claims, heartbeats, one transaction per result."""
 
@@ -248,12 +258,8 @@ class StoreLedger:
             "attempts": 1,
             **self._claim_values(trial),
         }
-        try:
-            with self.engine.begin() as connection:
-                connection.execute(insert(Trial).values(values))
-        except IntegrityError:
-            return False
-        return True
+        with self.engine.begin() as connection:
+            return insert_unless_key_exists(connection, values)
 
     def add_attempt(self, trial: PlannedTrial) -> None:
         """Count one more attempt of a trial this runner holds (a backend's own retry)."""
