@@ -342,7 +342,7 @@ def test_gptq_layer_output_error_on_calibration_is_below_rtn(
             calibration,
         )
         errors[scheme] = [
-            float(((x @ (w - linear.weight).T) ** 2).mean())
+            float(((x @ (w - linear.weight.detach()).T) ** 2).mean())
             for x, w, linear in zip(inputs, originals, linears(blocks(quantized)[0]), strict=True)
         ]
     assert len(errors["gptq"]) == count // 2
