@@ -41,6 +41,7 @@ PARETO_AXES = ("effective_bits", "model_bytes", "layers_removed")
 FIGURES = "figures"
 WIDTH = 900
 HEIGHT = 450
+EXPORT_TRIES = 2
 """Pixels of a figure without a layout height."""
 
 
@@ -186,15 +187,33 @@ def findings_figure(findings: list[Finding]) -> Figure:
 
 
 def export(figures: list[Figure], folder: Path) -> None:
-    """All figures to PNG in one kaleido session (one Chromium start)."""
+    """All figures to PNG in one kaleido session (one Chromium start). A figure kaleido could
+    not draw (a render past its 90 s timeout on a loaded machine) is only in a return value that
+    plotly drops, so the files are checked: the missing ones are drawn once more, and a figure
+    still missing is an error naming it."""
+    paths = {f.name: folder / f"{f.name}.png" for f in figures}
+    for path in paths.values():
+        path.unlink(missing_ok=True)  # an older report's image must not pass for this one's
+    missing = figures
+    for _ in range(EXPORT_TRIES):
+        if not missing:
+            return
+        write_images(missing, paths)
+        missing = [f for f in missing if not paths[f.name].exists()]
+    if missing:
+        raise ReportError(
+            f"kaleido drew no image for {', '.join(f.name for f in missing)} "
+            f"(tried {EXPORT_TRIES} times): is the machine overloaded?"
+        )
+
+
+def write_images(figures: list[Figure], paths: dict[str, Path]) -> None:
     import plotly.io as pio
 
-    if not figures:
-        return
     try:
         pio.write_images(
             [f.figure for f in figures],
-            [folder / f"{f.name}.png" for f in figures],
+            [paths[f.name] for f in figures],
             format="png",
             width=WIDTH,
             height=[f.figure.layout.height or HEIGHT for f in figures],

@@ -318,6 +318,31 @@ def test_report_without_a_browser_is_one_clear_error(
     assert "install Debian's chromium" in done.output and "Traceback" not in done.output
 
 
+def test_report_draws_again_a_figure_kaleido_silently_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import plotly.io as pio
+
+    calls: list[int] = []
+
+    def flaky(figures: list[object], paths: list[Path], **kwargs: object) -> None:
+        calls.append(len(figures))  # the first call "times out" on its first figure
+        for path in paths[1:] if len(calls) == 1 else paths:
+            path.write_bytes(b"png")
+
+    monkeypatch.setattr(pio, "write_images", flaky)
+    suite = store_claims_suite(tmp_path)
+    out = tmp_path / "out"
+    done = runner.invoke(app, ["report", str(suite), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    assert calls[1] == 1 and len(calls) == 2  # only the dropped figure was drawn again
+
+    monkeypatch.setattr(pio, "write_images", lambda *a, **k: None)  # never draws anything
+    done = runner.invoke(app, ["report", str(suite), "--out", str(out)])
+    assert done.exit_code == 2 and "kaleido drew no image for" in done.output
+    assert not list((out / "figures").glob("*.png"))  # the older report's images are gone
+
+
 def test_report_without_results_is_one_clear_error(tmp_path: Path) -> None:
     suite = claims_suite(tmp_path, "  - {method: post-ln, direction: worse, source: x}\n")
     done = runner.invoke(app, ["report", str(suite), "--out", str(tmp_path / "out")])
