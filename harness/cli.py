@@ -325,6 +325,7 @@ def report(
     out: Annotated[
         Path | None, typer.Option(help="Folder of report.md and figures/ (default: reports/SUITE)")
     ] = None,
+    metric: Annotated[str | None, typer.Option(help="Rank by this metric instead.")] = None,
 ) -> None:
     """Write a markdown report of the suite's stored results with static figures (PNG)."""
     from leaderboard.report import ReportError, write_report
@@ -332,7 +333,8 @@ def report(
     suite = load(suite_path)
     try:
         plan = current_plan(suite)
-        path = write_report(open_db(db), suite, plan, out or Path("reports") / suite.suite)
+        folder = out or Path("reports") / suite.suite
+        path = write_report(open_db(db), suite, plan, folder, metric)
     except ReportError as error:
         raise fail(str(error)) from None
     except RegistryError as error:

@@ -59,10 +59,12 @@ class Figure:
     figure: go.Figure
 
 
-def write_report(engine: Engine, suite: Suite, plan: RankPlan, out: Path) -> Path:
-    """Write `out/report.md` and `out/figures/*.png` for `plan` (the suite's trials to rank);
-    returns the markdown file."""
-    ranking = rank_suite(engine, plan)
+def write_report(
+    engine: Engine, suite: Suite, plan: RankPlan, out: Path, metric: str | None = None
+) -> Path:
+    """Write `out/report.md` and `out/figures/*.png` for `plan` (the suite's trials to rank),
+    ranked by `metric` (default: the suite's); returns the markdown file."""
+    ranking = rank_suite(engine, plan, metric=metric)
     if ranking is None:
         raise ReportError(
             f"no stored results for suite '{suite.suite}': run it with `layerbench run`"

@@ -297,6 +297,9 @@ def test_report_writes_markdown_and_non_trivial_figures(tmp_path: Path) -> None:
         with Image.open(path) as image:
             assert image.format == "PNG" and image.width >= 800 and image.height >= 150
             assert len(image.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 10  # not blank
+    other = runner.invoke(app, ["report", str(suite), "--out", str(out), "--metric", "train_loss"])
+    assert other.exit_code == 0, other.output
+    assert "## train_loss (" in (out / "report.md").read_text()
 
 
 def test_report_without_a_browser_is_one_clear_error(
