@@ -35,16 +35,18 @@ def run_id(engine: Engine) -> int:
         return run.id
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql"])
+def either_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh SQLite file, then a fresh PostgreSQL database: each test runs on both."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
 def test_a_claim_that_breaks_a_constraint_raises_instead_of_passing_for_taken(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+    either_database: str, tmp_path: Path
 ) -> None:
-    url = (
-        f"sqlite:///{tmp_path / 'claims.db'}"
-        if backend == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
-    engine = open_database(url)
+    engine = open_database(either_database)
     trial = planned(tmp_path)[0]
     with pytest.raises(IntegrityError):  # no such suite run: not "another runner has it"
         StoreLedger(engine, suite_run_id=10**6).claim(trial)
@@ -52,16 +54,8 @@ def test_a_claim_that_breaks_a_constraint_raises_instead_of_passing_for_taken(
     assert ledger.claim(trial) and not StoreLedger(engine, run_id(engine)).claim(trial)
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_four_runners_claim_each_trial_exactly_once(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    url = (
-        f"sqlite:///{tmp_path / 'race.db'}"
-        if backend == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
-    engine = open_database(url)
+def test_four_runners_claim_each_trial_exactly_once(either_database: str, tmp_path: Path) -> None:
+    engine = open_database(either_database)
     trials = planned(tmp_path)
     ledgers = [StoreLedger(engine, suite_run_id=run_id(engine)) for _ in range(4)]
     claimed: list[list[str]] = [[] for _ in ledgers]
