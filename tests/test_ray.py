@@ -140,11 +140,14 @@ def test_killed_worker_is_retried_then_failed_and_a_rerun_completes_it(
     run = ["run", str(suite), "--db", db, "--no-mlflow", "--backend", "ray"]
     command = [sys.executable, "-m", "harness", *run, "--ray-address", address]
     log = tmp_path / "driver.log"  # a file, not a pipe: nobody reads the driver until it ends
+    hold = pids / "hold"  # the watched trial waits after writing its pid: the kill lands in it
+    hold.touch()
+    seen = {p.name for p in pids.iterdir()}
     with log.open("w") as sink:
         driver = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
-    seen = {p.name for p in pids.iterdir()}
     for _ in range(2):  # the first attempt and Ray's one retry (--ray-max-retries 1)
         os.kill(wait_for_new_pid(pids, seen, driver, log), signal.SIGKILL)
+    hold.unlink()
     assert driver.wait(timeout=300) == 1, log.read_text()
     stored = {t.method: t for t in trials_by_key(db).values()}
     assert stored["pre-ln"].status == "done" and stored["pre-ln"].attempts == 1
