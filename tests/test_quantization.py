@@ -366,12 +366,12 @@ def test_gptq_quantizes_each_block_on_the_quantized_blocks_outputs(
         quantize_model(gpt(), QuantizeSpec(scheme="gptq", bits=4), [])
 
 
-def hqq_layer(weight: Tensor, bits: int, group: int) -> Any:
+def hqq_layer(weight: Tensor, bits: int, group: int, axis: int) -> Any:
     from hqq.core.quantize import HQQLinear, hqq_base_quant_config
 
     linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     linear.weight.data = weight.clone()
-    config = hqq_base_quant_config(nbits=bits, group_size=group, axis=1)
+    config = hqq_base_quant_config(nbits=bits, group_size=group, axis=axis)
     return HQQLinear(linear, config, compute_dtype=torch.float32, device="cpu")
 
 
@@ -380,9 +380,10 @@ def hqq_layer(weight: Tensor, bits: int, group: int) -> Any:
 def test_hqq_grid_bits_and_error_against_rtn(
     bits: int, group: int | None, calibration: list[Tensor]
 ) -> None:
-    """Each group holds at most 2^bits levels of HQQ's affine grid; on these weights its squared
-    error is below asymmetric RTN's at the same bits and group (HQQ's range is min..max, RTN's
-    also covers 0, and HQQ then fits the zero point)."""
+    """Each group holds at most 2^bits levels of HQQ's affine grid, a group running down a column
+    (axis 0, the authors' low-bit setting) when a group size is set and along a row otherwise; on
+    these weights its squared error is below asymmetric RTN's at the same bits and group size
+    (HQQ's range is min..max, RTN's also covers 0, and HQQ then fits the zero point)."""
     model = gpt()
     originals = [linear.weight.detach().clone() for linear in linears(blocks(model))]
     reference = logits(model, calibration[0])
@@ -390,12 +391,13 @@ def test_hqq_grid_bits_and_error_against_rtn(
     hqq_error = rtn_error = 0.0
     for original, linear in zip(originals, linears(blocks(model)), strict=True):
         width = group or original.shape[1]
-        layer = hqq_layer(original, bits, width)
+        layer = hqq_layer(original, bits, width, axis=0 if group else 1)
         scale, zero = layer.meta["scale"], layer.meta["zero"]
-        levels = (linear.weight.reshape(-1, width) / scale + zero).detach()
+        grouped = linear.weight.reshape(width, -1) if group else linear.weight.reshape(-1, width)
+        levels = (grouped / scale + zero).detach()
         torch.testing.assert_close(levels, levels.round(), rtol=0, atol=1e-3)
         assert levels.round().min() >= 0 and levels.round().max() <= 2**bits - 1
-        assert len(scale) == original.numel() // width
+        assert scale.numel() == original.numel() // width
         hqq_error += float(((linear.weight - original) ** 2).sum())
         rtn_error += float(((fake_quantize(original, bits, width, False) - original) ** 2).sum())
     assert 0 < hqq_error < rtn_error

@@ -384,14 +384,25 @@ def gptq(
     return weights
 
 
+HQQ_GROUPED_AXIS = 0  # groups of `group_size` weights down a column: the authors' low-bit setting
+HQQ_ROW_AXIS = 1  # one group per output row
+
+
 def hqq(block: nn.Module, bits: int, spec: QuantizeSpec) -> list[QuantizedWeight]:
     """HQQ (Badri & Shaji, 2023, Half-Quadratic Quantization) by the `hqq` package; no data.
 
     `hqq.core.quantize.HQQLinear` with the package's base config (`hqq_base_quant_config`:
-    affine, groups along a row (axis 1), zero point optimized by the half-quadratic solver, zero
-    rounded at 4 bits) quantizes each weight on the tensor's device; the Linear keeps the
-    dequantized weight, which is what HQQLinear's pure-torch backend multiplies by. Scale and
-    zero are counted at 16 bits per group (hqq keeps them in its compute dtype, fp16 on GPU).
+    affine, zero point optimized by the half-quadratic solver, zero rounded at 4 bits) quantizes
+    each weight on the tensor's device; the Linear keeps the dequantized weight, which is what
+    HQQLinear's pure-torch backend multiplies by. Scale and zero are counted at 16 bits per group
+    (hqq keeps them in its compute dtype, fp16 on GPU).
+
+    With a group size, groups run along the output dimension (`axis=0`), the authors' quality
+    setting: "In general axis=0 gives better results than axis=1, especially at lower bits"
+    (github.com/mobiusml/hqq, Readme.md), and their Llama-2 benchmark quantizes 3 bits with
+    `group_size=64, axis=0` (examples/llama2_benchmark/quant_llama2_hqq_demo.py); the package's
+    default `axis=1` is the one its fast inference kernels need. Without a group size the scale
+    is per output row (`axis=1`, as for the other schemes). Same number of groups either way.
     """
     from hqq.core.quantize import HQQLinear, hqq_base_quant_config
 
@@ -400,9 +411,10 @@ def hqq(block: nn.Module, bits: int, spec: QuantizeSpec) -> list[QuantizedWeight
         group = group_size(linear, spec.group_size)
         if group % 8:
             raise ValueError(f"hqq needs a group size that is a multiple of 8, not {group}")
+        axis = HQQ_GROUPED_AXIS if spec.group_size else HQQ_ROW_AXIS
         layer = HQQLinear(
             linear,
-            hqq_base_quant_config(nbits=bits, group_size=group, axis=1),
+            hqq_base_quant_config(nbits=bits, group_size=group, axis=axis),
             del_orig=False,
             compute_dtype=torch.float32,
             device=str(linear.weight.device),
