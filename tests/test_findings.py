@@ -150,6 +150,7 @@ def test_a_significant_difference_the_expected_way_reproduces() -> None:
     (found,) = verdicts(outcomes(CLEAR), claim(direction="worse"))
     (check,) = found.checks
     assert found.verdict == "reproduced" and check.decided_by == "test"
+    assert check.seeds_needed is None  # decided: no power figure to read as "under-powered"
     assert check.n == 5 and check.delta == pytest.approx(0.504)
     assert check.ci_low < 0.504 < check.ci_high and check.p_value < 1e-4
     assert found.claim == "post-ln worse than pre-ln on val_loss"

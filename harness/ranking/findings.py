@@ -17,10 +17,10 @@ Per recipe, over the seeds both methods finished (`harness.ranking.stats`):
 - `tie` (equivalence, Schuirmann's interval-inclusion rule): **reproduced** when the interval
   lies inside +-margin, **contradicted** when it lies wholly outside, else **inconclusive**; an
   unequal count of failed seeds contradicts a tie;
-- seeds needed: the seeds at which a paired t-test has 80% power to detect the observed
-  difference (Cohen, 1988) at alpha / (the directional checks Holm adjusts over), the level the
-  first of them must pass, or for a tie, to exclude the nearer margin (margin - |difference|)
-  at alpha.
+- seeds needed, for inconclusive checks only (as the ranking gives them for ties only): the
+  seeds at which a paired t-test has 80% power to detect the observed difference (Cohen, 1988)
+  at alpha / (the directional checks Holm adjusts over), the level the first of them must pass,
+  or for a tie, to exclude the nearer margin (margin - |difference|) at alpha.
 
 A claim's verdict is its recipes' common verdict, or **fragile** when they differ: `flipped_by`
 names the recipes whose verdict differs from the first recipe's (the paper's, listed first).
@@ -257,7 +257,7 @@ def _decide(
         low,
         high,
         p,
-        _seeds_needed(claim, check, alpha, each),
+        _seeds_needed(claim, check, alpha, each) if verdict == "inconclusive" else None,
         verdict,
         decided_by,
         check.failures,
