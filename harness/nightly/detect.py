@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
+from harness.ranking.stats import paired_test, t_ci
 from harness.records import DONE
 from harness.spec.schema import RegressionSpec
 
@@ -107,18 +107,9 @@ class Comparison:
 
 
 def t_interval(values: Sequence[float], alpha: float) -> tuple[float | None, float | None]:
-    """The (1 - alpha) Student-t interval of the mean; None for n < 2 (no spread to measure).
-
-    Written here with `scipy.stats.t` so detection does not depend on ranking's CI choice."""
-    n = len(values)
-    if n < 2:
-        return None, None
-    mean = float(np.mean(values))
-    se = float(np.std(values, ddof=1)) / math.sqrt(n)
-    if se == 0.0:
-        return mean, mean
-    low, high = stats.t.interval(1.0 - alpha, n - 1, loc=mean, scale=se)
-    return float(low), float(high)
+    """The (1 - alpha) Student-t interval of the mean; None for n < 2 (no spread to measure)."""
+    low, high = t_ci(np.asarray(values, dtype=float), level=1.0 - alpha)
+    return _finite(low), _finite(high)
 
 
 def paired_p(
@@ -128,13 +119,12 @@ def paired_p(
     seeds = sorted(new.keys() & old.keys())
     if len(seeds) < 2:
         return None, None
-    diff = np.array([new[s] - old[s] for s in seeds])
-    mean_diff = float(diff.mean())
-    scale = max(float(np.abs(diff).max()), np.finfo(float).tiny)
-    if np.ptp(diff) <= 1e-9 * scale:  # equal up to rounding: no spread to test against
-        return (1.0 if mean_diff == 0.0 else 0.0), mean_diff
-    result = stats.ttest_rel([new[s] for s in seeds], [old[s] for s in seeds])
-    return float(result.pvalue), mean_diff
+    p, mean_diff = paired_test(np.array([new[s] for s in seeds]), np.array([old[s] for s in seeds]))
+    return _finite(p), _finite(mean_diff)
+
+
+def _finite(x: np.ndarray) -> float | None:
+    return float(x) if np.isfinite(x) else None
 
 
 def compare(

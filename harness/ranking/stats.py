@@ -27,6 +27,8 @@ BOOTSTRAP_MIN_N = 10
 """Below this many values a bootstrap interval under-covers; `rank` warns."""
 BOOTSTRAP_BATCH_FLOATS = 2_000_000
 """Largest number of floats one bootstrap batch resamples at once (keeps memory near 16 MB)."""
+ROUNDING = 1e-9
+"""Paired differences whose spread is below this fraction of their size count as constant."""
 POWER = 0.8
 MAX_SEEDS = 10_000
 """`seeds_needed` gives up (None) beyond this."""
@@ -46,7 +48,8 @@ def paired_test(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Two-sided paired t-tests of a vs b along the last axis; NaN marks a missing seed.
 
     Returns (p, mean difference a - b over the pairs); p is NaN with fewer than 2 pairs, and 1.0
-    or 0.0 when the differences are constant (all zero or not).
+    or 0.0 when the differences are constant up to float rounding (all zero or not): a rerun
+    that reproduces its numbers to the last bits has no spread to test against.
     """
     from scipy import stats
 
@@ -59,7 +62,8 @@ def paired_test(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     highest = np.where(paired, diff, -np.inf).max(axis=-1)
     lowest = np.where(paired, diff, np.inf).min(axis=-1)
     p = np.full(n_pairs.shape, np.nan)
-    constant = (n_pairs >= 2) & (highest == lowest)
+    scale = np.maximum(np.maximum(np.abs(highest), np.abs(lowest)), np.finfo(float).tiny)
+    constant = (n_pairs >= 2) & (highest - lowest <= ROUNDING * scale)
     p[constant] = np.where(mean_diff[constant] == 0, 1.0, 0.0)
     tested = (n_pairs >= 2) & ~constant
     if tested.any():
@@ -92,15 +96,16 @@ def mean_ci(
     return bootstrap_ci(values, n_resamples, "percentile" if method == "bootstrap" else "BCa")
 
 
-def t_ci(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Student-t 95% CIs of the mean of each row (vectorised over any leading axes)."""
+def t_ci(values: np.ndarray, level: float = CONFIDENCE_LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """Student-t CIs (95% unless `level` says) of the mean of each row (vectorised over any
+    leading axes); NaN below 2 values."""
     from scipy import stats
 
     n = (~np.isnan(values)).sum(axis=-1)
     means = row_means(values)
     sizes = np.unique(n[n >= 2])
     quantile = np.full(n.shape, np.nan)
-    for size, q in zip(sizes, stats.t.ppf((1 + CONFIDENCE_LEVEL) / 2, sizes - 1), strict=True):
+    for size, q in zip(sizes, stats.t.ppf((1 + level) / 2, sizes - 1), strict=True):
         quantile[n == size] = q  # one ppf per sample size: the t quantile is slow to invert
     with np.errstate(invalid="ignore", divide="ignore"):
         half = quantile * row_stds(values) / np.sqrt(n)
