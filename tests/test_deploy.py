@@ -34,7 +34,7 @@ import yaml
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
-from tests.conftest import PG_ADMIN_URL, ROOT, write_suite
+from tests.helpers import PG_ADMIN_URL, ROOT, write_suite
 from tests.test_runner import layerbench, trials_by_key
 
 DOCKER = ROOT / "docker"

@@ -27,7 +27,7 @@ from harness.spec import SuiteError, load_suite
 from harness.spec.schema import Claim
 from harness.store.db import make_engine, upgrade
 from harness.store.models import SuiteRun
-from tests.conftest import ROOT, write_suite
+from tests.helpers import ROOT, write_suite
 
 runner = CliRunner()
 METHODS = "pre-ln: {}\npost-ln: {norm: {placement: post}}"

@@ -26,7 +26,7 @@ from harness.spec import load_suite
 from harness.store.db import make_engine, open_database, upgrade
 from harness.store.models import Result, Trial
 from leaderboard.state import engine as app_engine
-from tests.conftest import write_suite
+from tests.helpers import write_suite
 
 pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
 

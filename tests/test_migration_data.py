@@ -15,7 +15,7 @@ from harness.ranking import format_ranking
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.db import alembic_config, make_engine, open_database, upgrade
-from tests.conftest import write_suite
+from tests.helpers import write_suite
 
 METHODS = "pre-ln: {}\npost-ln: {norm: {placement: post}}\nrms: {norm: {type: rmsnorm}}"
 

@@ -24,7 +24,7 @@ from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.spec.resolve import resolve_ns_dtype, resolved_optimizer
 from harness.spec.schema import NormSpec, OptimizerSpec
-from tests.conftest import write_suite
+from tests.helpers import write_suite
 
 
 def tiny_gpt(norm: str = "layernorm", **spec: object) -> nn.Module:

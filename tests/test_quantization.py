@@ -27,7 +27,7 @@ from harness.models.gpt import GPTSpec, build_gpt
 from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
 from harness.spec import SuiteError, load_suite
 from harness.spec.schema import NormSpec, QuantizeSpec
-from tests.conftest import tiny_llama, write_suite
+from tests.helpers import tiny_llama, write_suite
 
 VOCAB = 40
 # Per block: q, k, v, o are 32x32, up is d_ff x 32, down is 32 x d_ff.

@@ -25,7 +25,7 @@ from harness.ranking import (
     select_tuned,
 )
 from harness.registry import RegistryError
-from tests.conftest import scipy_percentile_ci
+from tests.helpers import scipy_percentile_ci
 
 ROW_KEYS = [
     "task",

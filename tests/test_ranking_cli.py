@@ -22,7 +22,7 @@ from harness.ranking.suite import rank_suite
 from harness.runner.plan import PlannedTrial, plan_suite
 from harness.spec import load_suite
 from harness.store.db import make_engine, suite_run, upgrade
-from tests.conftest import ROOT, write_suite
+from tests.helpers import ROOT, write_suite
 
 SANE_ABSURD = """
 sane: {optimizer: {name: sgd, lr: 0.01}}

@@ -18,7 +18,7 @@ from harness.ranking.examples import mcnemar_test, weight_name, wilson_ci
 from harness.store.db import make_engine, upgrade
 from harness.tasks.base import weight_name as task_weight_name
 from leaderboard.tables import MARKS, rows_frame, summary_frame
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 def outcomes(method: str, values: Sequence[float | None], task: str = "lm") -> list[TrialOutcome]:

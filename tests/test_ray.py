@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.models import MetricPoint, Result
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 from tests.test_runner import count, layerbench, trials_by_key
 
 ray = pytest.importorskip("ray")

@@ -16,7 +16,7 @@ from harness.cli import app
 from leaderboard.serve import streamlit_args
 from leaderboard.state import engine as app_engine
 from leaderboard.text import plain
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 runner = CliRunner()
 PASSWORD = "Sup3r-S3cret-pw"

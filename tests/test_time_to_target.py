@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.ranking import Ranking, RankRow, Target, TrialOutcome, format_ranking, rank
 from harness.store.models import Result, Trial
-from tests.conftest import write_suite
+from tests.helpers import write_suite
 
 TARGET = Target("val_loss", 2.0)
 

@@ -12,7 +12,7 @@ from harness.cli import app
 from harness.spec import SuiteError, load_suite
 from harness.spec.loader import Locator, validated
 from harness.spec.schema import StrictModel
-from tests.conftest import write_suite
+from tests.helpers import write_suite
 
 runner = CliRunner()
 
