@@ -195,9 +195,7 @@ def run(
                 record.id,
                 force,
                 retry_failed,
-                on_finish=(lambda _trial, trial_id: tracker.log_trial(trial_id))
-                if tracker
-                else None,
+                on_finish=tracker.on_finish if tracker else None,
             )
             with RichProgress(len(todo)) as progress:
                 if backend == "ray":
@@ -302,9 +300,9 @@ def rank_command(
     ] = None,
 ) -> None:
     """Rank the suite's methods from the stored results of its current trials."""
-    from harness.ranking import FORMATS, format_ranking
+    from harness.ranking import FORMATS, format_ranking, is_format
 
-    if format not in FORMATS:
+    if not is_format(format):
         raise fail(f"--format must be one of {', '.join(FORMATS)} (got '{format}')")
     suite = load(suite_path)
     ranking = build_ranking(suite, open_db(db), metric, all_points)
@@ -513,7 +511,7 @@ def run_nightly(args: NightlyArgs, stop: threading.Event) -> int:
             break
         on_finish = None
         if tracker is not None and suite.tracking.mlflow:
-            on_finish = lambda _trial, trial_id: tracker.log_trial(trial_id)  # noqa: E731
+            on_finish = tracker.on_finish
         console.print(f"{suite.suite}: nightly run on {host}")
         outcome = run_suite(
             engine,

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
 from harness.env import tracking_uri
-from harness.records import FINAL_STATUSES
+from harness.records import FINAL_STATUSES, PlannedTrial
 from harness.store.models import LayerStatistic, MetricPoint, Result, Trial
 from harness.utils import chunks, flatten
 
@@ -45,6 +45,10 @@ class MLflowTracker:
     def experiment_id(self, suite: str) -> str:
         experiment = self.client.get_experiment_by_name(suite)
         return experiment.experiment_id if experiment else self.client.create_experiment(suite)
+
+    def on_finish(self, trial: PlannedTrial, trial_id: int) -> None:
+        """The runner's callback once a trial is stored: log it."""
+        self.log_trial(trial_id)
 
     def log_trial(self, trial_id: int) -> str:
         """Create the trial's run: params, metric series with steps, final metrics, tags, and the

@@ -130,7 +130,8 @@ class ScaleNorm(nn.Module):
         self.scale = nn.Parameter(torch.full((1,), math.sqrt(dim)))
 
     def forward(self, x: Tensor) -> Tensor:
-        return x * (self.scale / x.norm(dim=-1, keepdim=True).clamp(min=self.eps))
+        length: Tensor = x.norm(dim=-1, keepdim=True)
+        return x * (self.scale / length.clamp(min=self.eps))
 
 
 def scalenorm(dim: int, role: NormRole, eps: float) -> nn.Module:

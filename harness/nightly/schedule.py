@@ -38,7 +38,8 @@ def check_cron(expression: str) -> str:
 
 def next_time(expression: str, moment: datetime) -> datetime:
     """The first time strictly after `moment` that the expression names."""
-    return croniter(expression, moment).get_next(datetime)
+    following: datetime = croniter(expression, moment).get_next(datetime)
+    return following
 
 
 @contextmanager

@@ -21,7 +21,14 @@ from harness.ranking.outcomes import (
 )
 from harness.ranking.ranker import profile_scores, rank
 from harness.ranking.records import MethodSummary, Ranking, RankRow
-from harness.ranking.render import FORMATS, Format, format_ranking, rich_table, to_text
+from harness.ranking.render import (
+    FORMATS,
+    Format,
+    format_ranking,
+    is_format,
+    rich_table,
+    to_text,
+)
 from harness.ranking.stats import holm, paired_test
 from harness.ranking.table import Cell, Section, Table, group_table, overall_table, tables
 
@@ -41,6 +48,7 @@ __all__ = [
     "format_ranking",
     "group_table",
     "holm",
+    "is_format",
     "metric_value",
     "overall_table",
     "paired_test",

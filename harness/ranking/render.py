@@ -6,7 +6,7 @@ import csv
 import io
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeGuard
 
 from harness.ranking.records import Ranking
 from harness.ranking.table import Table, findings_table, tables
@@ -16,6 +16,13 @@ if TYPE_CHECKING:
 
 Format = Literal["table", "json", "csv", "md", "latex"]
 FORMATS: tuple[str, ...] = ("table", "json", "csv", "md", "latex")
+
+
+def is_format(name: str) -> TypeGuard[Format]:
+    """Whether `name` is one of FORMATS."""
+    return name in FORMATS
+
+
 VERDICT_STYLES = {
     "better": "green",
     "worse": "red",

@@ -68,10 +68,11 @@ def extract(sdist: Path, tasks: tuple[str, ...]) -> list[Path]:
     with tarfile.open(sdist) as archive:
         for member in archive.getmembers():
             inner = member.name.split("/", 1)[-1]
-            if inner in wanted:
+            source = archive.extractfile(member) if inner in wanted else None
+            if source is not None:  # a wanted regular file
                 target = task_file(wanted.pop(inner))
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(archive.extractfile(member).read())
+                target.write_bytes(source.read())
                 written.append(target)
     if wanted:
         raise DataMissingError(f"not in {sdist.name}: {', '.join(sorted(wanted.values()))}")
