@@ -157,6 +157,31 @@ def test_a_seed_that_stops_being_done_is_a_status_alert(engine: Engine, suite_pa
     assert kinds(third) == []
 
 
+def test_a_claim_whose_verdict_changes_is_reported_once(engine: Engine, tmp_path: Path) -> None:
+    path = tmp_path / "claims.yaml"
+    path.write_text(SUITE + "expect: [{method: b, direction: worse, source: 'test paper'}]\n")
+    first = night(engine, path, steady())  # b 0.1 worse than a on every seed: reproduced
+    assert kinds(first) == []
+    second = night(engine, path, steady({"b": -0.1}))  # b equals a now: inconclusive
+    (alert,) = [a for a in second.alerts if a.kind == "verdict"]
+    assert (alert.method, alert.model, alert.task, alert.metric) == (
+        "b",
+        "gpt-2l",
+        "bytes",
+        "val_loss",
+    )
+    assert alert.detail["verdicts"] == ["reproduced", "inconclusive"]
+    (check,) = alert.detail["checks"]
+    assert check["delta"] == pytest.approx(0.0, abs=1e-9) and check["verdict"] == "inconclusive"
+    assert exit_code([second]) == 0  # reported, not a regression
+    third = night(engine, path, steady({"b": -0.1}))
+    assert [a for a in third.alerts if a.kind == "verdict"] == []  # unchanged since the last run
+    text = markdown(build_report([second], datetime(2026, 3, 4).date(), 0))
+    section = text[text.index("## Claim verdicts changed") :]
+    assert "b worse than a on val_loss (test paper): reproduced -> inconclusive" in section
+    assert "gpt-2l / bytes: delta" in section
+
+
 def test_failed_trials_exit_1(engine: Engine, suite_path: Path) -> None:
     first = night(engine, suite_path, lambda t: ("failed", float("nan")))
     assert exit_code([first]) == 1 and first.statuses == {"failed": 9}

@@ -19,18 +19,21 @@ Runs with a pending suspicion stay out of the baseline window, so a step change 
 the level before it; after a confirmed change the window restarts at the first flagged run (the
 new level is the baseline, as asv's step detection segments a history). A seed whose tuned trial
 was done in the previous run and is diverged, failed or timed out now is a `status` alert,
-always counted as a regression.
+always counted as a regression. A suite's `expect` claim whose verdict (reproduced, contradicted,
+inconclusive, fragile: `harness.ranking.findings`) differs from the previous run's is a `verdict`
+alert, reported and not counted as a regression.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 import numpy as np
 
+from harness.ranking.findings import Finding as ClaimFinding
 from harness.ranking.stats import paired_test, t_ci
 from harness.records import DONE
 from harness.spec.schema import RegressionSpec
@@ -39,6 +42,8 @@ Direction = Literal["min", "max"]
 Cell = tuple[str, str, str]  # (method, model, task)
 Key = tuple[str, str, str, str]  # (method, model, task, metric)
 CONFIRMED = ("regression", "improvement")
+STREAK_KINDS = ("regression", "suspected", "improvement")
+"""The alert kinds whose streaks detection follows from run to run."""
 STATUS_METRIC = "status"
 
 
@@ -67,8 +72,8 @@ class Finding:
     """One alert of the current run (not yet stored)."""
 
     key: Key
-    kind: str  # regression | suspected | improvement | status
-    direction: str  # worse | better
+    kind: str  # regression | suspected | improvement | status | verdict
+    direction: str  # worse | better | changed (a verdict)
     old_mean: float | None = None
     old_ci: tuple[float | None, float | None] = (None, None)
     new_mean: float | None = None
@@ -277,6 +282,48 @@ def status_changes(current: RunValues, previous: RunValues) -> list[Finding]:
                 )
             )
     return findings
+
+
+def verdict_changes(
+    now: Sequence[ClaimFinding],
+    before: Sequence[ClaimFinding],
+    current: RunValues,
+    previous: RunValues,
+) -> list[Finding]:
+    """A `verdict` alert per claim whose verdict differs from the previous run's. Its key names
+    the claim's method, recipes (models), tasks and metric; the detail has both verdicts and the
+    new checks (delta, CI, p, seeds needed per recipe)."""
+    earlier = {finding.index: finding for finding in before}
+    alerts = []
+    for finding in now:
+        old = earlier.get(finding.index)
+        if old is None or old.verdict == finding.verdict:
+            continue
+        models = ", ".join(dict.fromkeys(check.model for check in finding.checks))
+        tasks = ", ".join(dict.fromkeys(check.task for check in finding.checks))
+        alerts.append(
+            Finding(
+                key=(finding.method, models, tasks, finding.metric),
+                kind="verdict",
+                direction="changed",
+                commit_before=previous.git_commit,
+                commit_after=current.git_commit,
+                detail={
+                    "claim": finding.claim,
+                    "source": finding.source,
+                    "verdicts": [_verdict_text(old), _verdict_text(finding)],
+                    "checks": [asdict(check) for check in finding.checks],
+                    "previous_run": previous.run_id,
+                    "packages_changed": changed_packages(previous.packages, current.packages),
+                },
+            )
+        )
+    return alerts
+
+
+def _verdict_text(finding: ClaimFinding) -> str:
+    flips = f" (flips on {', '.join(finding.flipped_by)})" if finding.flipped_by else ""
+    return finding.verdict + flips
 
 
 def changed_packages(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, list[str]]:

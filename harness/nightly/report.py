@@ -2,7 +2,7 @@
 
 Regressions come first (old window -> new values with their CIs, delta, p, z, the commits and
 package versions that changed between the runs), then suspected changes, improvements, status
-changes, and one line per suite.
+changes, the `expect` claims whose verdict changed, and one line per suite.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ SECTIONS = (
     ("suspected", "suspected", "Suspected (flagged once, confirmed if flagged again)"),
     ("improvements", "improvement", "Improvements"),
     ("status_changes", "status", "Status changes (always a regression)"),
+    ("verdicts", "verdict", "Claim verdicts changed since the previous run"),
 )
 NOTIFY_TIMEOUT_S = 10.0
 
@@ -107,6 +108,8 @@ def alert_line(record: dict[str, Any]) -> str:
             f"seed {seed}: {old} -> {new}" for seed, (old, new) in record["detail"]["seeds"].items()
         )
         return f"- #{record['id']} {name}: {seeds}{ack}" + changes(record)
+    if record["kind"] == "verdict":
+        return verdict_line(record, ack)
     old, new = record["old"], record["new"]
     percent = "" if record["percent"] is None else f" ({record['percent']:+.2f}%)"
     return (
@@ -115,6 +118,22 @@ def alert_line(record: dict[str, Any]) -> str:
         f"{interval(new['ci'])}, delta {number(record['delta'])}{percent}, "
         f"p {number(record['p'], 3)}, z {number(record['z'], 3)}, "
         f"tolerance {number(record['tolerance'], 3)}{ack}" + changes(record)
+    )
+
+
+def verdict_line(record: dict[str, Any], ack: str) -> str:
+    """A claim whose verdict changed: both verdicts, then each recipe's new evidence."""
+    detail = record["detail"]
+    old, new = detail["verdicts"]
+    checks = "".join(
+        f"\n  - {check['model']} / {check['task']}: delta {number(check['delta'])} "
+        f"{interval([check['ci_low'], check['ci_high']])}, p {number(check['p_value'], 3)}, "
+        f"{check['verdict']}"
+        for check in detail["checks"]
+    )
+    return (
+        f"- #{record['id']} **{record['suite']}**: {detail['claim']} ({detail['source']}): "
+        f"{old} -> {new}{ack}{checks}" + changes(record)
     )
 
 

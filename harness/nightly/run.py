@@ -21,9 +21,18 @@ from typing import Any
 from sqlalchemy import Engine
 
 from harness.env import cpu_model, git_commit, package_versions
-from harness.nightly.detect import Finding, Key, PastAlert, RunValues, detect
+from harness.nightly.detect import (
+    STREAK_KINDS,
+    Finding,
+    Key,
+    PastAlert,
+    RunValues,
+    detect,
+    verdict_changes,
+)
 from harness.ranking import TrialOutcome, metric_value, select_tuned
-from harness.ranking.suite import declared_ranking
+from harness.ranking.findings import Finding as ClaimFinding
+from harness.ranking.suite import claim_findings, declared_ranking, plan_of
 from harness.records import FAILED_STATUSES, PlannedTrial
 from harness.registry import METRICS
 from harness.runner.plan import plan_suite
@@ -148,7 +157,14 @@ def past_alerts(alerts: Sequence[Alert]) -> dict[tuple[int, Key], PastAlert]:
             a.kind, a.direction, int(a.detail.get("since_run", a.suite_run_id))
         )
         for a in alerts
+        if a.kind in STREAK_KINDS
     }
+
+
+def claim_verdicts(engine: Engine, suite: Suite, run: SuiteRun) -> list[ClaimFinding]:
+    """The verdicts of the suite's `expect` claims on one nightly run's trials."""
+    outcomes = [TrialOutcome(**record) for record in run_outcomes(engine, run.id)]
+    return claim_findings(plan_of(suite, []), outcomes)
 
 
 def detect_run(engine: Engine, suite: Suite, run: SuiteRun) -> list[Alert]:
@@ -161,6 +177,9 @@ def detect_run(engine: Engine, suite: Suite, run: SuiteRun) -> list[Alert]:
     directions = {metric: METRICS.get(metric).direction for metric in metrics}
     current = run_values(engine, run, metrics)
     findings = detect(current, history, alerts, suite.regression, suite.rank.alpha, directions)
+    if suite.expect and earlier:
+        now, before = (claim_verdicts(engine, suite, r) for r in (run, earlier[-1]))
+        findings += verdict_changes(now, before, current, history[-1])
     return [alert_row(finding, run) for finding in findings]
 
 

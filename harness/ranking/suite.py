@@ -6,13 +6,13 @@ their keys differ), ranked the way its `rank` section says.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from harness.ranking.examples import ExampleOutcomes
-from harness.ranking.findings import findings
+from harness.ranking.findings import Finding, findings
 from harness.ranking.outcomes import Target, TrialOutcome, each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
@@ -163,16 +163,25 @@ def rank_suite(
         aggregate=spec.aggregate,
         examples=examples,
     )
-    found = []
-    if plan.claims and not all_points:
-        found = findings(
-            outcomes,
-            plan.claims,
-            baseline=plan.baseline,
-            metric=spec.metric,
-            tune_metric=spec.tune_metric,
-            tuning=spec.tuning,
-            alpha=ranking.alpha,
-            models=plan.models,
-        )
+    found = [] if all_points else claim_findings(plan, outcomes, ranking.alpha)
     return replace(ranking, warnings=[*plan.warnings, *ranking.warnings], findings=found)
+
+
+def claim_findings(
+    plan: RankPlan, outcomes: Sequence[TrialOutcome], alpha: float | None = None
+) -> list[Finding]:
+    """The verdicts of the plan's `expect` claims on these outcomes, tuned the way its `rank`
+    section says (`alpha`: the suite's unless given)."""
+    if not plan.claims:
+        return []
+    spec = plan.spec
+    return findings(
+        outcomes,
+        plan.claims,
+        baseline=plan.baseline,
+        metric=spec.metric,
+        tune_metric=spec.tune_metric,
+        tuning=spec.tuning,
+        alpha=spec.alpha if alpha is None else alpha,
+        models=plan.models,
+    )

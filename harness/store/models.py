@@ -138,8 +138,8 @@ class Alert(Base):
     model: Mapped[str] = mapped_column(String(200))
     task: Mapped[str] = mapped_column(String(200))
     metric: Mapped[str] = mapped_column(String(100))
-    kind: Mapped[str] = mapped_column(String(20))  # regression|suspected|improvement|status
-    direction: Mapped[str] = mapped_column(String(10))  # worse|better
+    kind: Mapped[str] = mapped_column(String(20))  # regression|suspected|improvement|status|verdict
+    direction: Mapped[str] = mapped_column(String(10))  # worse|better|changed (a verdict)
     old_mean: Mapped[float | None] = mapped_column(Float)
     old_ci_low: Mapped[float | None] = mapped_column(Float)
     old_ci_high: Mapped[float | None] = mapped_column(Float)
