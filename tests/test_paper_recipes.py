@@ -90,9 +90,21 @@ def test_paper_init_is_gpt2_where_the_authors_used_gpt2() -> None:
         assert paper == gpt2
 
 
-def test_deepnorm_keeps_its_beta_xavier_init_under_both_profiles() -> None:
+def test_unscaled_init_drops_the_residual_scaling_for_every_placement() -> None:
+    """The LayerNorm Scaling / Mix-LN authors' Pre-LN and Post-LN baselines (`pre`, `post` in
+    lmsdss/LayerNorm-Scaling) train with their methods' normal(0, 0.02) init, not GPT-2's."""
+    for placement in ("pre", "post", "lns", "mix"):
+        unscaled = init_stds(NormSpec(placement=placement), "unscaled")
+        for name in ("q", "v", "o", "down", "up", "embed"):
+            assert unscaled[name] == pytest.approx(0.02, rel=0.06), (placement, name)
+    assert init_stds(NormSpec(placement="lns"), "unscaled") == init_stds(
+        NormSpec(placement="lns"), "paper"
+    )
+
+
+def test_deepnorm_keeps_its_beta_xavier_init_under_every_profile() -> None:
     beta = (8 * 8) ** -0.25
-    for profile in ("gpt2", "paper"):
+    for profile in ("gpt2", "paper", "unscaled"):
         stds = init_stds(NormSpec(placement="deepnorm"), profile)
         assert stds["v"] == pytest.approx(beta * math.sqrt(2 / 256), rel=0.06)
         assert stds["q"] == pytest.approx(math.sqrt(2 / 256), rel=0.06)

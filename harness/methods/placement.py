@@ -254,5 +254,9 @@ class NoNorm(Placement):
 
 
 def init_recipe(placement: str, profile: InitProfile) -> InitRecipe:
-    """The model init of `profile`: GPT-2's, or the placement's authors' (`paper_init`)."""
+    """The model init of `profile`: GPT-2's, the placement's authors' (`paper_init`), or
+    `unscaled` for every placement (the LayerNorm Scaling and Mix-LN authors trained their Pre-LN
+    and Post-LN baselines with it too: see UNSCALED_INIT)."""
+    if profile == "unscaled":
+        return UNSCALED_INIT
     return NORM_PLACEMENTS.get(placement).paper_init if profile == "paper" else GPT2_INIT

@@ -48,7 +48,8 @@ class GPTSpec(StrictModel):
     init_std: PositiveFloat = 0.02
     init: InitProfile = "gpt2"
     """gpt2: normal(0, init_std), residual outputs / sqrt(2 n_layers); paper: the norm
-    placement's authors' init where it differs (`Placement.paper_init`), else gpt2."""
+    placement's authors' init where it differs (`Placement.paper_init`), else gpt2; unscaled:
+    normal(0, init_std) with no residual scaling for every placement."""
     bias: bool = False
 
     @model_validator(mode="after")

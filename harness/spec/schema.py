@@ -86,9 +86,10 @@ class TrainSpec(StrictModel):
 
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
-InitProfile = Literal["gpt2", "paper"]
-"""gpt2: GPT-2's init; paper: the norm placement's authors' init where it differs."""
 """`auto`: bf16 on CUDA, fp32 on the CPU; planning writes the resolved value into the trial."""
+InitProfile = Literal["gpt2", "paper", "unscaled"]
+"""gpt2: GPT-2's init; paper: the norm placement's authors' init where it differs; unscaled: no
+residual scaling whatever the placement (a paper's baselines trained with its method's init)."""
 
 
 class PruneSpec(StrictModel):
