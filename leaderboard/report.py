@@ -90,6 +90,15 @@ def slug(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", "_".join(parts)).strip("-")
 
 
+def curve_metric(ranking: Ranking, names: list[str]) -> str:
+    """The series a group's learning curves plot: the ranked metric, else the tuning metric
+    (a held-out metric is often measured only at the end), else the first stored series."""
+    for name in (ranking.metric, ranking.tune_metric):
+        if name in names:
+            return name
+    return names[0]
+
+
 def group_figures(
     engine: Engine, ranking: Ranking, task: str, model: str, rows: list[RankRow]
 ) -> list[Figure]:
@@ -99,7 +108,7 @@ def group_figures(
     found = []
     names = data.series_names(engine, list(method_of))
     if names:
-        name = ranking.metric if ranking.metric in names else names[0]
+        name = curve_metric(ranking, names)
         series = data.series(engine, list(method_of), name)
         series["method"] = series["key"].map(method_of)
         found.append(

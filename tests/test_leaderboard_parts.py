@@ -140,3 +140,16 @@ def test_the_declared_baseline_is_the_default() -> None:
     assert baseline_index({"baseline": "muon", "metric": "val_loss"}, options) == 1
     assert baseline_index({"baseline": None, "metric": "val_loss"}, options) == 2
     assert baseline_index({}, options) == 0
+
+
+def test_report_curves_plot_the_tuning_metric_when_the_ranked_one_has_no_series() -> None:
+    """A held-out metric (test_loss) is measured once, at the end: the learning curves show the
+    tuning metric (val_loss) then, not whichever series sorts first."""
+    from harness.ranking import Ranking
+    from leaderboard.report import curve_metric
+
+    held_out = Ranking("test_loss", "min", None, [], [], tune_metric="val_loss")
+    assert curve_metric(held_out, ["bits_per_byte", "id_acc", "val_loss"]) == "val_loss"
+    names = ["id_acc", "val_loss"]
+    assert curve_metric(Ranking("val_loss", "min", None, [], []), names) == "val_loss"
+    assert curve_metric(Ranking("acc", "max", None, [], []), names) == "id_acc"
