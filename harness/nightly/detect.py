@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 
 from harness.ranking.findings import Finding as ClaimFinding
-from harness.ranking.stats import paired_test, t_ci
+from harness.ranking.stats import finite_or_none, paired_test, t_ci
 from harness.records import DONE
 from harness.spec.schema import RegressionSpec
 
@@ -114,7 +114,7 @@ class Comparison:
 def t_interval(values: Sequence[float], alpha: float) -> tuple[float | None, float | None]:
     """The (1 - alpha) Student-t interval of the mean; None for n < 2 (no spread to measure)."""
     low, high = t_ci(np.asarray(values, dtype=float), level=1.0 - alpha)
-    return _finite(low), _finite(high)
+    return finite_or_none(low), finite_or_none(high)
 
 
 def paired_p(
@@ -125,11 +125,7 @@ def paired_p(
     if len(seeds) < 2:
         return None, None
     p, mean_diff = paired_test(np.array([new[s] for s in seeds]), np.array([old[s] for s in seeds]))
-    return _finite(p), _finite(mean_diff)
-
-
-def _finite(x: np.ndarray) -> float | None:
-    return float(x) if np.isfinite(x) else None
+    return finite_or_none(p), finite_or_none(mean_diff)
 
 
 def compare(

@@ -36,7 +36,7 @@ import numpy as np
 
 from harness.ranking.groups import Group, build_group
 from harness.ranking.outcomes import Direction, TrialOutcome, Tuning, select_tuned
-from harness.ranking.stats import holm, row_stds, seeds_needed, t_ci
+from harness.ranking.stats import finite_or_none, holm, row_stds, seeds_needed, t_ci
 from harness.registry import METRICS
 from harness.spec.schema import Claim
 
@@ -200,7 +200,7 @@ def _pending(
         group.task,
         n,
         delta,
-        (_finite(low), _finite(high)),
+        (finite_or_none(low), finite_or_none(high)),
         p,
         favours,
         failures,
@@ -218,10 +218,6 @@ def _seeds_needed(claim: Claim, check: _Pending, alpha: float, each: float) -> i
     else:
         needed = seeds_needed(check.delta, check.sd, each)[0]
     return None if np.isnan(needed) else int(needed)
-
-
-def _finite(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None
 
 
 def _decide(

@@ -34,6 +34,11 @@ MAX_SEEDS = 10_000
 """`seeds_needed` gives up (None) beyond this."""
 
 
+def finite_or_none(x: float | np.ndarray) -> float | None:
+    """A scalar statistic as a float, or None where it is undefined (nan or infinite)."""
+    return float(x) if np.isfinite(x) else None
+
+
 def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
     """Holm-Bonferroni step-down adjusted p-values, in input order (Holm, 1979)."""
     p = np.asarray(p_values, dtype=float)
