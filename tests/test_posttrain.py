@@ -102,7 +102,18 @@ def test_missing_data_fails_only_that_trial_and_names_the_command(tmp_path: Path
     suite = pretrained_suite(tmp_path, save_tiny_pretrained(tmp_path / "tiny"))
     db = f"sqlite:///{tmp_path / 'compress.db'}"
     done = subprocess.run(
-        [sys.executable, "-m", "harness", "run", str(suite), "--db", db, "--no-mlflow"],
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            str(suite),
+            "--db",
+            db,
+            "--no-mlflow",
+            "--workers",
+            "2",
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "LAYERBENCH_CACHE": str(tmp_path / "empty")},
