@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
@@ -15,10 +16,13 @@ from scipy import stats
 from benchmarks.fake_results import fake_result, planned, store
 from harness.ranking import Ranking, TrialOutcome, format_ranking, group_table, rank, tables
 from harness.ranking.examples import mcnemar_test, weight_name, wilson_ci
+from harness.runner.plan import plan_suite
+from harness.runner.trial import build, prepare
+from harness.spec import load_suite
 from harness.store.db import make_engine, upgrade
 from harness.tasks.base import weight_name as task_weight_name
 from leaderboard.tables import MARKS, rows_frame, summary_frame
-from tests.helpers import ROOT
+from tests.helpers import ROOT, write_suite
 
 
 def outcomes(method: str, values: Sequence[float | None], task: str = "lm") -> list[TrialOutcome]:
@@ -60,8 +64,9 @@ def test_md_json_and_leaderboard_render_the_same_table(ranking: Ranking) -> None
     assert "None" not in md and "nan" not in md
 
 
-def load_docs_tables() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("doc_tables", ROOT / "docs/results/tables.py")
+def load_docs_script(name: str) -> ModuleType:
+    """A script of docs/results/ (they are run by path, not imported as a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / f"docs/results/{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -81,7 +86,7 @@ def test_docs_sweep_tables_bold_the_best_by_the_metrics_direction() -> None:
             )
             results.append((point, fake_result("done", 1.0, rng, {"id_acc": acc})))
     store(make_engine(url), results)
-    docs = load_docs_tables()
+    docs = load_docs_script("tables")
     text = docs.table_md(docs.sweep_table(url, "docs", "id_acc", "lr"))
     assert "0.2: **0.9**" in text and "0.1: 0.2" in text
 
@@ -102,7 +107,7 @@ def test_docs_layer_tables_average_each_block_over_seeds_at_the_last_step() -> N
         ]
         results.append((trial, result))
     store(make_engine(url), results)
-    docs = load_docs_tables()
+    docs = load_docs_script("tables")
     table = docs.layer_table(url, "layers", "grad_norm", "t", "gpt", ["post", "absent"])
     assert table.header == ["method", "block 0", "block 1"]
     (row,) = table.sections[0].rows  # a method with no trials has no row
@@ -193,3 +198,28 @@ def test_single_seed_groups_with_example_outcomes_get_example_level_statistics()
     base = next(row for row in weighted.rows if row.method == "base")
     assert base.mean == pytest.approx(np.average(windows, weights=nbytes))
     assert base.ci_low < base.mean < base.ci_high  # type: ignore[operator]
+
+
+def test_residual_probe_retrains_a_stored_trial_and_splits_its_stream(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'probe.db'}"
+    upgrade(make_engine(url))
+    suite = load_suite(write_suite(tmp_path, "pre-ln: {}\ndyt: {norm: {type: dyt}}"))
+    rng = np.random.default_rng(0)
+    store(make_engine(url), [(t, fake_result("done", 1.0, rng)) for t in plan_suite(suite)])
+    probe = load_docs_script("residual_probe")
+    config = probe.stored_config(url, "tiny", "dyt", "gpt-2l", 0)
+    probe.apply_settings(config, ["optimizer.lr=1e-3"])
+    assert config["optimizer"]["lr"] == 1e-3 and config["norm"]["type"] == "dyt"
+    trial = build(config, prepare(config))
+    probe.freeze_norm_biases(trial)
+    biases = [p for n, p in trial.model.named_parameters() if "norm" in n and n.endswith("bias")]
+    assert biases and all(not p.requires_grad and not p.any() for p in biases)
+    probe.probe(trial, steps=4, every=2)
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [int(row[0]) for row in rows] == [2, 4]
+    for row in rows:
+        rms, token_mean_rms = float(row[3]), float(row[4])
+        assert 0 < token_mean_rms <= rms  # the token mean is a part of the stream
+    assert not any(p.requires_grad or p.any() for p in biases)  # still frozen after training

@@ -16,6 +16,7 @@ other_tasks/LLaMA/fms_fsdp/models/llama.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import Any
 
 import torch
@@ -41,11 +42,21 @@ def stored_config(db: str, suite: str | None, method: str, model: str, seed: int
     return dict(config)
 
 
+def setting_value(text: str) -> Any:
+    """A `--set` value as YAML reads it, numbers such as 3e-4 included (YAML 1.1 reads them as
+    strings)."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return float(value)
+    return value
+
+
 def apply_settings(config: dict[str, Any], settings: list[str]) -> None:
     for setting in settings:
-        path, _, value = setting.partition("=")
+        path, _, text = setting.partition("=")
         section, _, field = path.partition(".")
-        config[section] = {**config[section], field: yaml.safe_load(value)}
+        config[section] = {**config[section], field: setting_value(text)}
 
 
 def freeze_norm_biases(trial: BuiltTrial) -> None:
