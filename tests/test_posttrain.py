@@ -46,6 +46,9 @@ def test_a_trained_gpt_is_pruned_then_evaluated(write_suite: Any, tmp_path: Path
     assert pruned.final["params"] < plain.final["params"]
     assert [p.metrics for p in pruned.series] == [p.metrics for p in plain.series]  # then pruned
     assert pruned.final["val_loss"] != plain.final["val_loss"]
+    removed = [(s.step, s.layer, s.value) for s in pruned.layer_stats if s.name == "removed"]
+    assert [(step, value) for step, _, value in removed] == [(pruned.steps_done, 1.0)]
+    assert removed[0][1] in (0, 1)  # the removed block, in the numbering before pruning
 
 
 def test_a_trained_gpt_is_quantized_then_evaluated(write_suite: Any, tmp_path: Path) -> None:
@@ -54,6 +57,8 @@ def test_a_trained_gpt_is_quantized_then_evaluated(write_suite: Any, tmp_path: P
     assert quantized.status == "done", quantized.error
     assert quantized.final["effective_bits"] == pytest.approx(4 + 16 / 8)  # one fp16 scale a group
     assert quantized.final["model_bytes"] > 0
+    bits = {s.layer: s.value for s in quantized.layer_stats if s.name == "bits"}
+    assert bits == {0: 4.0, 1: 4.0}
 
 
 def test_a_trained_gpt_is_quantized_by_gptq(write_suite: Any, tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """Post-training steps of a trial: prune, then quantize, a trained or pretrained model.
 
 Both methods may read calibration batches; greedy pruning also scores candidate models by a
-validation loss. Reported: layers removed, effective bits per weight and model bytes.
+validation loss. Reported: layers removed, effective bits per weight and model bytes, and per
+layer (as layer statistics at the trial's last step): `removed` (1 for each removed block, in the
+original numbering) and `bits` (each block's weight bits after quantization).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from harness.records import LayerStat
 from harness.spec.schema import TrialSettings
 
 Loss = Callable[[nn.Module], float]
@@ -46,26 +49,32 @@ def compress(
     settings: TrialSettings,
     calibration: list[Tensor],
     seed: int,
+    step: int,
     validation: Loss | None = None,
-) -> tuple[nn.Module, dict[str, float]]:
-    """Apply the trial's `prune` then `quantize`; returns the model and what they report."""
+) -> tuple[nn.Module, dict[str, float], list[LayerStat]]:
+    """Apply the trial's `prune` then `quantize`; returns the model, what they report, and which
+    layers they removed or quantized to how many bits (as layer statistics at `step`)."""
     from harness.methods.pruning import PruneContext, prune_model
     from harness.methods.quantization import quantize_model
 
     metrics: dict[str, float] = {}
+    layers: list[LayerStat] = []
     if settings.prune is not None:
         context = PruneContext(calibration, validation or calibration_loss(calibration), seed)
         model, pruned = prune_model(model, settings.prune, context)
         metrics["layers_removed"] = float(len(pruned.removed))
         metrics["layers"] = float(pruned.layers_after)
+        layers += [LayerStat(step, layer, "removed", 1.0) for layer in pruned.removed]
     if settings.quantize is not None:
         model, quantized = quantize_model(model, settings.quantize, calibration)
         metrics["effective_bits"] = quantized.effective_bits
         metrics["model_bytes"] = float(quantized.model_bytes)
+        bits = quantized.bits_per_layer.items()
+        layers += [LayerStat(step, layer, "bits", float(b)) for layer, b in bits]
     else:
         metrics["effective_bits"] = stored_bits(model)
         metrics["model_bytes"] = float(parameter_bytes(model))
-    return model, metrics
+    return model, metrics, layers
 
 
 def stored_bits(model: nn.Module) -> float:

@@ -287,9 +287,11 @@ def train_and_evaluate(
     compressed: dict[str, float] = {}
     if settings.prune is not None or settings.quantize is not None:
         started = time.perf_counter()
-        trial.model, compressed = compress(
-            trial.model, settings, train_calibration(trial), trial.seed, validation(trial)
+        calibration = train_calibration(trial)
+        trial.model, compressed, layers = compress(
+            trial.model, settings, calibration, trial.seed, result.steps_done, validation(trial)
         )
+        result.layer_stats += layers
         clock.eval_s += time.perf_counter() - started
     return {
         **evaluate(trial, clock, final=True),
@@ -339,7 +341,8 @@ def evaluate_pretrained(
         if compressing
         else []
     )
-    model, compressed = compress(model, settings, calibration, config["seed"])
+    model, compressed, layers = compress(model, settings, calibration, config["seed"], 0)
+    result.layer_stats += layers
     with torch.no_grad(), autocast(device, settings.precision):
         evaluation = task.evaluate(model, settings.train.batch_size)
     clock.eval_s += time.perf_counter() - started
