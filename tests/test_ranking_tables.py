@@ -220,6 +220,7 @@ def test_residual_probe_retrains_a_stored_trial_and_splits_its_stream(
     rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()[2:]]
     assert [int(row[0]) for row in rows] == [2, 4]
     for row in rows:
-        rms, token_mean_rms = float(row[3]), float(row[4])
+        rms, token_mean_rms, cosine = float(row[4]), float(row[5]), float(row[6])
         assert 0 < token_mean_rms <= rms  # the token mean is a part of the stream
+        assert -1 <= cosine <= 1 and float(row[3]) > 0  # block 0 has a gradient
     assert not any(p.requires_grad or p.any() for p in biases)  # still frozen after training

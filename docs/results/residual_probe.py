@@ -4,10 +4,13 @@ writes nothing).
     python docs/results/residual_probe.py --db sqlite:///docs/results/data/findings-dyt-derf.db \\
         --method dyt --model gpt-8l-untied --steps 100 --set optimizer.lr=1e-3
 
-Every `--every` steps, one markdown row: the training loss, the gradient norm before clipping,
-the RMS of the last block's output and of its token-mean (the part of the stream that is the
-same vector at every position of every sequence), on the trial's fixed diagnostic batch. A
-stream whose RMS is all token-mean carries no information about the input. `--set SECTION.FIELD=
+Every `--every` steps, one markdown row: the training loss, the gradient norm before clipping
+(of the whole model and of the first block), the RMS of the last block's output and of its
+token-mean (the part of the stream that is the same vector at every position of every
+sequence), on the trial's fixed diagnostic batch, and the mean cosine similarity between the
+input embeddings of the distinct tokens of that batch. A stream whose RMS is all token-mean
+carries no information about the input; embeddings whose cosines approach 1 no longer tell
+the tokens apart. `--set SECTION.FIELD=
 VALUE` changes the stored config (values are read as YAML); `--no-norm-bias` zeroes and freezes
 every norm's bias (DyT's LLaMA code has none: github.com/jiachenzhu/DyT,
 other_tasks/LLaMA/fms_fsdp/models/llama.py).
@@ -24,6 +27,7 @@ import yaml
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from harness.methods.layers import blocks
 from harness.runner.trial import BuiltTrial, build, prepare, to_device
 from harness.store.db import make_engine
 from harness.store.models import Trial
@@ -73,22 +77,42 @@ def stream_rms(trial: BuiltTrial) -> tuple[float, float]:
     return top.pow(2).mean().sqrt().item(), top.mean(dim=(0, 1)).pow(2).mean().sqrt().item()
 
 
+@torch.no_grad()
+def embedding_cosine(trial: BuiltTrial) -> float:
+    """Mean cosine similarity between the input embeddings of the probe batch's distinct tokens."""
+    rows = trial.model.get_input_embeddings().weight[trial.probe_inputs.unique()]
+    unit = torch.nn.functional.normalize(rows, dim=-1)
+    n = len(unit)
+    return ((unit @ unit.T).sum() - n).item() / (n * (n - 1))
+
+
+def gradient_norm(module: torch.nn.Module) -> float:
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    return torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item()
+
+
 def probe(trial: BuiltTrial, steps: int, every: int) -> None:
     generator = torch.Generator().manual_seed(trial.seed)
     batches = trial.task.train_batches(trial.settings.train.batch_size, generator)
     clip = trial.settings.train.grad_clip or float("inf")
-    print("| step | loss | grad norm | stream RMS | token-mean RMS |")
-    print("|---:|---:|---:|---:|---:|")
+    columns = ["step", "loss", "grad norm", "block 0 grad norm", "stream RMS", "token-mean RMS"]
+    print("| " + " | ".join([*columns, "embedding cosine"]) + " |")
+    print("|" + "---:|" * (len(columns) + 1))
     for step in range(1, steps + 1):
         loss = trial.task.loss(trial.model, to_device(next(batches), trial.device))
         loss.backward()
+        first_block = gradient_norm(blocks(trial.model)[0])
         grad_norm = torch.nn.utils.clip_grad_norm_(trial.model.parameters(), clip).item()
         trial.optimizer.step()
         trial.optimizer.zero_grad(set_to_none=True)
         trial.scheduler.step()
         if step % every == 0:
             rms, mean_rms = stream_rms(trial)
-            print(f"| {step} | {loss.item():.3f} | {grad_norm:.3g} | {rms:.3g} | {mean_rms:.3g} |")
+            cosine = embedding_cosine(trial)
+            print(
+                f"| {step} | {loss.item():.3f} | {grad_norm:.3g} | {first_block:.3g} "
+                f"| {rms:.3g} | {mean_rms:.3g} | {cosine:.3f} |"
+            )
 
 
 def main() -> None:
