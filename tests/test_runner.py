@@ -95,19 +95,20 @@ explodes: {optimizer: {name: boom}}
         assert n == (2 if method in ("too-slow", "explodes") else 1), (method, n)
 
 
-def wait_for_done(url: str, at_least: int, timeout_s: float = 240) -> None:
+def wait_for_one_done_and_one_running(url: str, timeout_s: float = 240) -> None:
+    """Wait until a trial has finished and the next is claimed, so a kill lands inside a trial."""
     engine = create_engine(url)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             with Session(engine) as session:
-                done = session.scalar(select(func.count()).where(Trial.status == "done"))
-            if done >= at_least:
+                statuses = list(session.scalars(select(Trial.status)))
+            if "done" in statuses and "running" in statuses:
                 return
         except Exception:  # the table may not exist yet
             pass
         time.sleep(0.2)
-    raise AssertionError("the runner finished no trial in time")
+    raise AssertionError("the runner finished no trial and started the next in time")
 
 
 def test_kill_9_then_rerun_loses_nothing_and_duplicates_nothing(
@@ -119,11 +120,11 @@ def test_kill_9_then_rerun_loses_nothing_and_duplicates_nothing(
     db = f"sqlite:///{tmp_path / 'kill.db'}"
     command = [sys.executable, "-m", "harness", "run", str(suite), "--db", db, "--no-mlflow"]
     runner = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_done(db, at_least=1)
+    wait_for_one_done_and_one_running(db)
     runner.send_signal(signal.SIGKILL)
     runner.wait()
     before = trials_by_key(db)
-    assert any(t.status == "running" for t in before.values()), "kill landed between trials"
+    assert any(t.status == "running" for t in before.values())
 
     rerun = layerbench("run", str(suite), "--db", db, "--no-mlflow")
     assert rerun.returncode == 0, rerun.stderr
