@@ -27,6 +27,7 @@ import yaml
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from harness.diagnostics import global_norm, hidden_states
 from harness.methods.layers import blocks
 from harness.runner.trial import BuiltTrial, build, prepare, to_device
 from harness.store.db import make_engine
@@ -73,7 +74,7 @@ def freeze_norm_biases(trial: BuiltTrial) -> None:
 @torch.no_grad()
 def stream_rms(trial: BuiltTrial) -> tuple[float, float]:
     """RMS of the last block's output and of its mean over batch and positions."""
-    top = trial.model(trial.probe_inputs, output_hidden_states=True).hidden_states[-1]
+    top = hidden_states(trial.model, trial.probe_inputs)[-1]
     return top.pow(2).mean().sqrt().item(), top.mean(dim=(0, 1)).pow(2).mean().sqrt().item()
 
 
@@ -86,22 +87,27 @@ def embedding_cosine(trial: BuiltTrial) -> float:
     return ((unit @ unit.T).sum() - n).item() / (n * (n - 1))
 
 
-def gradient_norm(module: torch.nn.Module) -> float:
-    grads = [p.grad for p in module.parameters() if p.grad is not None]
-    return torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item()
-
-
 def probe(trial: BuiltTrial, steps: int, every: int) -> None:
     generator = torch.Generator().manual_seed(trial.seed)
     batches = trial.task.train_batches(trial.settings.train.batch_size, generator)
     clip = trial.settings.train.grad_clip or float("inf")
-    columns = ["step", "loss", "grad norm", "block 0 grad norm", "stream RMS", "token-mean RMS"]
-    print("| " + " | ".join([*columns, "embedding cosine"]) + " |")
-    print("|" + "---:|" * (len(columns) + 1))
+    columns = [
+        "step",
+        "loss",
+        "grad norm",
+        "block 0 grad norm",
+        "stream RMS",
+        "token-mean RMS",
+        "embedding cosine",
+    ]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---:|" * len(columns))
     for step in range(1, steps + 1):
         loss = trial.task.loss(trial.model, to_device(next(batches), trial.device))
         loss.backward()
-        first_block = gradient_norm(blocks(trial.model)[0])
+        first_block = global_norm(
+            [p.grad for p in blocks(trial.model)[0].parameters() if p.grad is not None]
+        )
         grad_norm = torch.nn.utils.clip_grad_norm_(trial.model.parameters(), clip).item()
         trial.optimizer.step()
         trial.optimizer.zero_grad(set_to_none=True)

@@ -287,9 +287,13 @@ def train_and_evaluate(
     compressed: dict[str, float] = {}
     if settings.prune is not None or settings.quantize is not None:
         started = time.perf_counter()
-        calibration = train_calibration(trial)
         trial.model, compressed, layers = compress(
-            trial.model, settings, calibration, trial.seed, result.steps_done, validation(trial)
+            trial.model,
+            settings,
+            train_calibration(trial),
+            trial.seed,
+            result.steps_done,
+            validation(trial),
         )
         result.layer_stats += layers
         clock.eval_s += time.perf_counter() - started
