@@ -19,6 +19,7 @@ from typing import Protocol
 
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import all_modules
+from harness.runner.warm import start_server
 
 HEARTBEAT_EVERY_S = 10.0
 KILL_GRACE_S = 60.0
@@ -64,10 +65,13 @@ class Running:
 
 
 def context() -> mp.context.BaseContext:
-    """A fork server that has imported torch and every registry once; trials fork from it."""
+    """A fork server that has imported torch and every registry once, and is warmed for the
+    suite (`harness.runner.warm`); trials fork from it."""
     os.environ.setdefault("TQDM_DISABLE", "1")  # read at import by the server's libraries
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["harness.runner.trial", *all_modules()])
+    ctx.set_forkserver_preload(
+        ["harness.runner.trial", *all_modules(), "harness.runner.warm_server"]
+    )
     return ctx
 
 
@@ -91,6 +95,7 @@ def run_local(
     progress = progress or SilentProgress()
     ctx = context()
     pending = deque(trials)
+    start_server(pending)
     active: dict[Connection, Running] = {}
     results: dict[str, TrialResult] = {}
     while pending or active:

@@ -39,6 +39,7 @@ from harness.registry import (
 )
 from harness.runner.plan import section
 from harness.runner.posttrain import compress
+from harness.runner.warm import prebuilt_task
 from harness.spec.resolve import resolve_precision
 from harness.spec.schema import TrialSettings
 from harness.tasks.base import Batch, Task
@@ -143,7 +144,7 @@ def build(config: dict[str, Any], settings: TrialSettings) -> BuiltTrial:
     model_entry = MODELS.entry(config["model"]["type"])
     if not isinstance(task_entry, TrainTaskEntry) or isinstance(model_entry, PretrainedModelEntry):
         raise TypeError("a training trial needs a trainable model and a training task")
-    task = task_entry.obj(section(task_entry, config["task"]))
+    task = prebuilt_task(config["task"]) or task_entry.obj(section(task_entry, config["task"]))
     model_spec = section(model_entry, config["model"])
     model = model_entry.obj(model_spec, settings.norm, task.vocab_size).to(device)
     optimizer = make_optimizer(model, settings.optimizer)
