@@ -3,6 +3,7 @@ exactly what the same trial stores when it builds everything itself."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from multiprocessing import forkserver
 from pathlib import Path
@@ -11,11 +12,13 @@ import pytest
 import torch
 
 from harness.records import PlannedTrial, TrialResult
+from harness.runner import warm
 from harness.runner.local import run_local, threads_per_trial
 from harness.runner.plan import plan_suite
-from harness.runner.trial import run_trial
-from harness.runner.warm import build_task, prebuilt_task, warm_spec
+from harness.runner.trial import run_trial, train_task
+from harness.runner.warm import warm_spec
 from harness.spec import load_suite
+from harness.tasks.lm import LMTask
 from tests.helpers import write_suite
 
 
@@ -76,11 +79,19 @@ def test_a_warm_worker_stores_the_same_losses_as_a_cold_process(
         assert stored(warm.results[key]) == stored(result)
 
 
-def test_a_prebuilt_task_holds_the_data_a_trial_would_build(tmp_path: Path) -> None:
+def test_warm_up_prebuilds_the_suite_tasks_with_the_data_a_trial_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(warm, "_tasks", {})
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # the fork server's, not the test's heap
     trial = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))[0]
-    (section,) = warm_spec([trial, trial])["tasks"]
-    prebuilt, again = build_task(section), build_task(dict(section))
-    assert prebuilt.vocab_size == again.vocab_size
-    for split, tokens in prebuilt.tokens.items():  # type: ignore[attr-defined]
-        assert torch.equal(tokens, again.tokens[split])  # type: ignore[attr-defined]
-    assert prebuilt_task(section) is None  # only the fork server keeps prebuilt tasks
+    spec = warm_spec([trial, trial])
+    (section,) = spec["tasks"]
+    assert warm.prebuilt_task(section) is None
+    warm.warm_up(spec)
+    prebuilt, built = warm.prebuilt_task(dict(section)), train_task(section)
+    assert isinstance(prebuilt, LMTask) and isinstance(built, LMTask)
+    assert prebuilt.vocab_size == built.vocab_size
+    assert prebuilt.tokens.keys() == built.tokens.keys()
+    for split, tokens in prebuilt.tokens.items():
+        assert torch.equal(tokens, built.tokens[split])

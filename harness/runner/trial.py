@@ -140,11 +140,10 @@ def prepare(config: dict[str, Any]) -> TrialSettings:
 def build(config: dict[str, Any], settings: TrialSettings) -> BuiltTrial:
     """The task, model, optimizer and schedule of a training trial."""
     device = resolve_device(settings.device)
-    task_entry = TASKS.entry(config["task"]["type"])
     model_entry = MODELS.entry(config["model"]["type"])
-    if not isinstance(task_entry, TrainTaskEntry) or isinstance(model_entry, PretrainedModelEntry):
+    if isinstance(model_entry, PretrainedModelEntry):
         raise TypeError("a training trial needs a trainable model and a training task")
-    task = prebuilt_task(config["task"]) or task_entry.obj(section(task_entry, config["task"]))
+    task = prebuilt_task(config["task"]) or train_task(config["task"])
     model_spec = section(model_entry, config["model"])
     model = model_entry.obj(model_spec, settings.norm, task.vocab_size).to(device)
     optimizer = make_optimizer(model, settings.optimizer)
@@ -158,6 +157,14 @@ def build(config: dict[str, Any], settings: TrialSettings) -> BuiltTrial:
     return BuiltTrial(
         settings, task, model, optimizer, scheduler, device, config["seed"], probe_inputs
     )
+
+
+def train_task(spec: dict[str, Any]) -> Task:
+    """The training task of a task section (a pure function of the section)."""
+    task_entry = TASKS.entry(spec["type"])
+    if not isinstance(task_entry, TrainTaskEntry):
+        raise TypeError("a training trial needs a trainable model and a training task")
+    return task_entry.obj(section(task_entry, spec))
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:

@@ -79,25 +79,15 @@ def warm_up(spec: Mapping[str, Any]) -> None:
             importlib.import_module(module)
         except ImportError:
             log.debug("warm: %s is not installed", module)
+    from harness.runner.trial import train_task
+
     for section in spec.get("tasks", []):
         try:
-            _tasks[task_key(section)] = build_task(section)
+            _tasks[task_key(section)] = train_task(section)
         except Exception:  # the trial reports the error itself, with its own traceback
             log.debug("warm: task %s not built", section, exc_info=True)
     warm_step()
     gc.freeze()
-
-
-def build_task(section: Mapping[str, Any]) -> Task:
-    """A training task from its section, as `harness.runner.trial.build` makes it."""
-    from harness.registry import TASKS, TrainTaskEntry
-    from harness.runner.plan import section as validated
-
-    entry = TASKS.entry(section["type"])
-    if not isinstance(entry, TrainTaskEntry):
-        raise TypeError(f"task type '{section['type']}' is not a training task")
-    task: Task = entry.obj(validated(entry, dict(section)))
-    return task
 
 
 def warm_step() -> None:
@@ -123,12 +113,12 @@ def warm_step() -> None:
                 loss = torch.nn.functional.cross_entropy(
                     logits.float().flatten(0, 1), tokens[:, 1:].flatten()
                 )
-            loss.backward()
+            torch.autograd.backward(loss)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         with torch.no_grad():
-            model.eval()
+            model.train(False)
             model(input_ids=tokens[:, :-1])
     finally:
         torch.set_num_threads(threads)
