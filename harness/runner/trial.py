@@ -40,7 +40,7 @@ from harness.registry import (
 from harness.runner.plan import section
 from harness.runner.posttrain import compress
 from harness.runner.warm import prebuilt_task
-from harness.spec.resolve import resolve_precision
+from harness.spec.resolve import resolve_compile, resolve_precision
 from harness.spec.schema import TrialSettings
 from harness.tasks.base import Batch, Task
 from harness.tasks.corpora import ModelTokenizer
@@ -122,6 +122,8 @@ class BuiltTrial:
     seed: int
     probe_inputs: torch.Tensor
     """The fixed batch on which the layerwise diagnostics look at hidden states."""
+    loss: Callable[[nn.Module, Batch], torch.Tensor]
+    """The training loss: the task's, compiled if `train.compile` (evaluation stays eager)."""
 
 
 def prepare(config: dict[str, Any]) -> TrialSettings:
@@ -133,8 +135,11 @@ def prepare(config: dict[str, Any]) -> TrialSettings:
     settings = TrialSettings.model_validate(
         {name: config[name] for name in TrialSettings.model_fields if name in config}
     )
-    precision = resolve_precision(settings.precision, settings.device, torch.cuda.is_available())
-    return settings.model_copy(update={"precision": precision})
+    cuda = torch.cuda.is_available()
+    precision = resolve_precision(settings.precision, settings.device, cuda)
+    compiled = resolve_compile(settings.train.compile, settings.device, cuda)
+    train = settings.train.model_copy(update={"compile": compiled})
+    return settings.model_copy(update={"precision": precision, "train": train})
 
 
 def build(config: dict[str, Any], settings: TrialSettings) -> BuiltTrial:
@@ -154,8 +159,9 @@ def build(config: dict[str, Any], settings: TrialSettings) -> BuiltTrial:
         lambda step: schedule(step, train.steps, train.warmup_steps, train.min_lr_ratio),
     )
     probe_inputs = diagnostic_inputs(task, train.batch_size).to(device)
+    loss = torch.compile(task.loss) if train.compile else task.loss
     return BuiltTrial(
-        settings, task, model, optimizer, scheduler, device, config["seed"], probe_inputs
+        settings, task, model, optimizer, scheduler, device, config["seed"], probe_inputs, loss
     )
 
 
@@ -177,7 +183,7 @@ def train_step(
     """One optimizer step; returns the loss before the update. A probe sees the unscaled,
     unclipped gradients and the update."""
     with autocast(trial.device, trial.settings.precision):
-        loss = trial.task.loss(trial.model, batch)
+        loss = trial.loss(trial.model, batch)
     scaler.scale(loss).backward()
     scaler.unscale_(trial.optimizer)
     if probe is not None:
