@@ -28,9 +28,7 @@ def test_auto_compiles_on_cuda_only() -> None:
 
 def test_the_trial_key_holds_the_resolved_setting(tmp_path: Path) -> None:
     eager = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))
-    compiled = plan_suite(
-        load_suite(write_suite(tmp_path, "pre-ln: {train: {compile: true}}"))
-    )
+    compiled = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {train: {compile: true}}")))
     assert {t.config["train"]["compile"] for t in eager} == {False}  # auto, on the CPU
     assert {t.config["train"]["compile"] for t in compiled} == {True}
     assert not {t.key for t in eager} & {t.key for t in compiled}
