@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from harness.cache import offline_unless_hub_reachable
 from harness.console import RichProgress, console, errors
+from harness.core import Status
 from harness.records import ACTIVE_STATUSES, FAILED_STATUSES, PlannedTrial
 from harness.registry import (
     FAMILIES,
@@ -97,7 +98,7 @@ def validate(suites: Annotated[list[Path], typer.Argument(help="Suite files.")])
 def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     """Print the suite's trials (every sweep point), which are stored, their value of the ranking
     metric, and (*) the sweep points that `rank` reports (`rank.tuning`)."""
-    from harness.ranking import TrialOutcome, metric_value, select_tuned
+    from harness.ranking import metric_value, select_tuned
     from harness.registry import METRICS
 
     suite = load(suite_path)
@@ -105,7 +106,7 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     engine, keys, metric = open_db(db), [t.key for t in trials], suite.rank.metric
     tune_metric = suite.rank.tune_metric or metric
     statuses = trial_statuses(engine, keys)
-    stored = {r["key"]: TrialOutcome(**r) for r in stored_outcomes(engine, keys)}
+    stored = {o.key: o for o in stored_outcomes(engine, keys)}
     direction = METRICS.get(tune_metric).direction
     tuned = {
         o.key for o in select_tuned(stored.values(), tune_metric, direction, suite.rank.tuning)
@@ -115,11 +116,11 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
         value = metric_value(stored[trial.key], metric) if trial.key in stored else None
         shown = "" if value is None else f"{value:.4g}"
         mark = "*" if trial.sweep and trial.key in tuned else " "
-        status = statuses.get(trial.key, "pending")
+        status = statuses.get(trial.key, Status.PENDING)
         lines.append(f"{trial.key[:12]}  {status:>8}  {shown:>9} {mark} {trial.label}")
     # one unwrapped print: rendering 1,000 lines one by one was a third of `plan`'s time
     console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
-    counts = Counter(statuses.get(t.key, "pending") for t in trials)
+    counts = Counter(statuses.get(t.key, Status.PENDING) for t in trials)
     console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     if any(trial.sweep for trial in trials):
         rule = {
@@ -181,7 +182,7 @@ def run(
     console.print(
         f"{suite.suite}: {len(trials)} trials, {len(trials) - len(todo)} stored, {len(todo)} to run"
     )
-    from harness.ranking.suite import declared_ranking
+    from harness.spec.declaration import declared_ranking
 
     keys = [t.key for t in planned]
     ranking = declared_ranking(suite)

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from benchmarks.fake_results import fake_result
 from harness.cli import app as cli
+from harness.core import Direction
 from harness.nightly.detect import RunValues, detect, t_interval
 from harness.nightly.report import build_report, markdown, notify, write_report
 from harness.nightly.run import Executor, SuiteOutcome, exit_code, run_suite
@@ -226,7 +227,7 @@ def test_detection_statistics_on_plain_values() -> None:
     history = [run(1, [1.00, 1.02, 0.98]), run(2, [1.01, 1.03, 0.99])]
     rules = RegressionSpec(tolerance=0.05, tolerance_kind="absolute", z=4, confirm=1)
     current = RunValues(3, "c3", {"torch": "2.14.0"}, {key: {0: 1.20, 1: 1.23, 2: 1.17}}, {})
-    (finding,) = detect(current, history, {}, rules, 0.05, {"val_loss": "min"})
+    (finding,) = detect(current, history, {}, rules, 0.05, {"val_loss": Direction.MIN})
     assert finding.kind == "regression" and finding.direction == "worse"
     assert finding.delta == pytest.approx(1.2 - 1.005)
     assert finding.z == pytest.approx((1.2 - 1.005) / np.std([1.0, 1.01], ddof=1))
@@ -234,8 +235,8 @@ def test_detection_statistics_on_plain_values() -> None:
     assert finding.detail["packages_changed"] == {"torch": ["2.13.0", "2.14.0"]}
     assert finding.new_ci == pytest.approx(t_interval([1.20, 1.23, 1.17], 0.05))
     lax = RegressionSpec(tolerance=0.5, tolerance_kind="absolute", confirm=1)
-    assert detect(current, history, {}, lax, 0.05, {"val_loss": "min"}) == []
-    higher_is_better = detect(current, history, {}, rules, 0.05, {"val_loss": "max"})
+    assert detect(current, history, {}, lax, 0.05, {"val_loss": Direction.MIN}) == []
+    higher_is_better = detect(current, history, {}, rules, 0.05, {"val_loss": Direction.MAX})
     assert higher_is_better[0].kind == "improvement"
 
 
@@ -316,7 +317,7 @@ def test_rank_reads_the_latest_nightly_run(engine: Engine, suite_path: Path) -> 
     keys = [t.key for t in plan_suite(load_suite(suite_path))]
     records = latest_results(engine, "tiny", keys)
     assert len(records) == 9
-    latest_a = sorted(r["metrics"]["val_loss"] for r in records if r["method"] == "a")
+    latest_a = sorted(r.metrics["val_loss"] for r in records if r.method == "a")
     assert latest_a == pytest.approx(sorted(3.0 + e for e in SEED_EFFECT.values()))
     assert latest.run.kind == "nightly" and latest.run.environment["packages"]
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from harness.core import CellKey, RunStatus, cell_of
 from harness.env import cpu_model, git_commit, package_versions
 from harness.nightly.detect import (
     STREAK_KINDS,
@@ -30,13 +31,14 @@ from harness.nightly.detect import (
     detect,
     verdict_changes,
 )
-from harness.ranking import TrialOutcome, metric_value, select_tuned
+from harness.ranking import metric_value, select_tuned
 from harness.ranking.findings import Finding as ClaimFinding
-from harness.ranking.suite import claim_findings, declared_ranking, plan_of
+from harness.ranking.suite import claim_findings, plan_of
 from harness.records import FAILED_STATUSES, PlannedTrial
 from harness.registry import METRICS
 from harness.runner.plan import plan_suite
 from harness.spec import Suite
+from harness.spec.declaration import declared_ranking
 from harness.store.db import StoreLedger, finite
 from harness.store.models import Alert, SuiteRun
 from harness.store.nightly import (
@@ -112,7 +114,7 @@ def run_suite(
     run = None
     if skip_existing:
         run = nightly_run_on(engine, suite.suite, git_commit(), today(), host)
-        if run is not None and run.status == "done":
+        if run is not None and run.status == RunStatus.DONE:
             outcome.run, outcome.statuses = run, run_status_counts(engine, run.id)
             outcome.skipped = f"already run today at this commit (suite run #{run.id})"
             return outcome
@@ -124,7 +126,8 @@ def run_suite(
     planned = [replace(trial, key=nightly_key(trial.key, run.id)) for trial in trials]
     execute(planned, StoreLedger(engine, run.id, on_finish=on_finish), stop)
     outcome.interrupted = stop.is_set()
-    run = end_nightly_run(engine, run.id, "interrupted" if outcome.interrupted else "done")
+    status = RunStatus.INTERRUPTED if outcome.interrupted else RunStatus.DONE
+    run = end_nightly_run(engine, run.id, status)
     outcome.run, outcome.statuses = run, run_status_counts(engine, run.id)
     if not outcome.interrupted:
         outcome.alerts = add_alerts(engine, detect_run(engine, suite, run))
@@ -137,16 +140,16 @@ def watched_metrics(suite: Suite) -> list[str]:
 
 def run_values(engine: Engine, run: SuiteRun, metrics: Sequence[str]) -> RunValues:
     """Each seed's tuned value of every watched metric, and each seed's status, in one run."""
-    outcomes = [TrialOutcome(**record) for record in run_outcomes(engine, run.id)]
+    outcomes = run_outcomes(engine, run.id)
     values: dict[Key, dict[int, float]] = {}
-    statuses: dict[tuple[str, str, str], dict[int, str]] = {}
+    statuses: dict[CellKey, dict[int, str]] = {}
     for index, metric in enumerate(metrics):
         for o in select_tuned(outcomes, metric, METRICS.get(metric).direction):
             value = metric_value(o, metric)
             if value is not None:
                 values.setdefault((o.method, o.model, o.task, metric), {})[o.seed] = value
             if index == 0:
-                statuses.setdefault((o.method, o.model, o.task), {})[o.seed] = o.status
+                statuses.setdefault(cell_of(o), {})[o.seed] = o.status
     packages = (run.environment or {}).get("packages", {})
     return RunValues(run.id, run.git_commit, packages, values, statuses)
 
@@ -163,7 +166,7 @@ def past_alerts(alerts: Sequence[Alert]) -> dict[tuple[int, Key], PastAlert]:
 
 def claim_verdicts(engine: Engine, suite: Suite, run: SuiteRun) -> list[ClaimFinding]:
     """The verdicts of the suite's `expect` claims on one nightly run's trials."""
-    outcomes = [TrialOutcome(**record) for record in run_outcomes(engine, run.id)]
+    outcomes = run_outcomes(engine, run.id)
     return claim_findings(plan_of(suite, []), outcomes)
 
 

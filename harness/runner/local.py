@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Protocol
 
+from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import all_modules
 
@@ -116,7 +117,7 @@ def run_local(
             if time.monotonic() > running.deadline:
                 running.process.kill()
                 result = TrialResult(
-                    "timeout", error="killed: no result within the time limit plus grace"
+                    Status.TIMEOUT, error="killed: no result within the time limit plus grace"
                 )
                 end(conn, active.pop(conn), result, ledger, progress, results)
     return results
@@ -162,7 +163,7 @@ def receive(conn: Connection, running: Running, progress: Progress) -> TrialResu
         message = conn.recv()
     except (EOFError, OSError):
         running.process.join(timeout=5)
-        return TrialResult("failed", error=death_message(running.process.exitcode))
+        return TrialResult(Status.FAILED, error=death_message(running.process.exitcode))
     if message[0] == "result":
         return message[1]
     _, step, total, loss = message

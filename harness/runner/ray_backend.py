@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 from harness.runner.local import (
     HEARTBEAT_EVERY_S,
@@ -178,7 +179,7 @@ def outcome(ray: Any, ref: ObjectRef[TrialResult]) -> TrialResult:
         result: TrialResult = ray.get(ref)
         return result
     except ray.exceptions.RayError as error:
-        return TrialResult("failed", error=f"ray: {type(error).__name__}: {error}")
+        return TrialResult(Status.FAILED, error=f"ray: {type(error).__name__}: {error}")
 
 
 def note_starts(
@@ -212,7 +213,7 @@ def keep_alive(
     for ref, submitted in list(active.items()):
         if submitted.deadline is not None and now > submitted.deadline:
             ray.cancel(ref, force=True)
-            result = TrialResult("timeout", error=TIMEOUT_ERROR)
+            result = TrialResult(Status.TIMEOUT, error=TIMEOUT_ERROR)
             record(submitted.trial, result, ledger, progress, results)
             del active[ref]
         elif now - submitted.last_heartbeat > HEARTBEAT_EVERY_S:
