@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -26,11 +26,12 @@ from harness.nightly.detect import RunValues, detect, t_interval
 from harness.nightly.report import build_report, markdown, notify, write_report
 from harness.nightly.run import Executor, SuiteOutcome, exit_code, run_suite
 from harness.nightly.schedule import CronError, check_cron, run_schedule
-from harness.records import PlannedTrial, Status
+from harness.records import PlannedTrial, Status, TrialResult
+from harness.runner.backend import Ledger, Progress
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.spec.schema import RegressionSpec
-from harness.store.db import StoreLedger, open_database
+from harness.store.db import open_database
 from harness.store.nightly import (
     acknowledge,
     finished_nightly_runs,
@@ -56,12 +57,20 @@ Values = Callable[[PlannedTrial], tuple[Status, float]]
 def fake_executor(values: Values) -> Executor:
     """Claim each trial through the ledger and store a fake result of `values(trial)`."""
 
-    def execute(trials: list[PlannedTrial], ledger: StoreLedger, stop: threading.Event) -> None:
+    def execute(
+        trials: Sequence[PlannedTrial],
+        ledger: Ledger,
+        progress: Progress,
+        stop: threading.Event | None,
+    ) -> dict[str, TrialResult]:
         rng = np.random.default_rng(0)
+        results = {}
         for trial in trials:
             if ledger.claim(trial):
                 status, loss = values(trial)
-                ledger.finish(trial, fake_result(status, loss, rng))
+                results[trial.key] = fake_result(status, loss, rng)
+                ledger.finish(trial, results[trial.key])
+        return results
 
     return execute
 
