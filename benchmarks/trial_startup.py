@@ -173,7 +173,12 @@ def start_warm_server(config: dict[str, Any]) -> float:
     trial = PlannedTrial("bench", "bench", "m", "gpt", "t", 0, {}, config)
     started = time.perf_counter()
     start_server([trial])
+    in_warm_process(ready)  # the server answers once its preload (and warm-up) is done
     return time.perf_counter() - started
+
+
+def ready(conn: Any) -> None:
+    conn.send(True)
 
 
 def suite_wall_s(workers: int, n_trials: int, folder: Path) -> float:
