@@ -251,11 +251,12 @@ def plan_changed(engine: Engine, suite: str, keys: list[str]) -> bool:
     return found is None or found[1] != keys
 
 
-def current_plan(suite: Suite) -> RankPlan:
-    """What `rank` ranks of a suite file: its trials as planned now."""
-    from harness.ranking.suite import plan_of
+def current_plan(suite: Suite, engine: Engine) -> RankPlan:
+    """What `rank` ranks of a suite file: its trials as planned now (and why some have no
+    stored result)."""
+    from harness.ranking.suite import planned
 
-    return plan_of(suite, [trial.key for trial in plan_suite(suite)])
+    return planned(engine, suite, plan_suite(suite))
 
 
 def build_ranking(
@@ -266,7 +267,9 @@ def build_ranking(
     from harness.ranking.suite import rank_suite
 
     try:
-        return rank_suite(engine, current_plan(suite), metric=metric, all_points=all_points)
+        return rank_suite(
+            engine, current_plan(suite, engine), metric=metric, all_points=all_points
+        )
     except RegistryError as error:
         raise fail(str(error)) from None
 
@@ -305,11 +308,11 @@ def rank_command(
     if not is_format(format):
         raise fail(f"--format must be one of {', '.join(FORMATS)} (got '{format}')")
     suite = load(suite_path)
-    ranking = build_ranking(suite, open_db(db), metric, all_points)
+    engine = open_db(db)
+    ranking = build_ranking(suite, engine, metric, all_points)
     if ranking is None:
-        raise fail(
-            f"no stored results for suite '{suite.suite}': run `layerbench run {suite_path}`"
-        )
+        why = "".join(f"\n{line}" for line in current_plan(suite, engine).unstored or ())
+        raise fail(f"no stored results for suite '{suite.suite}'{why}")
     if format == "table":
         print_ranking(ranking, width)
     else:
@@ -330,9 +333,10 @@ def report(
 
     suite = load(suite_path)
     try:
-        plan = current_plan(suite)
+        engine = open_db(db)
+        plan = current_plan(suite, engine)
         folder = out or Path("reports") / suite.suite
-        path = write_report(open_db(db), suite, plan, folder, metric)
+        path = write_report(engine, suite, plan, folder, metric)
     except ReportError as error:
         raise fail(str(error)) from None
     except RegistryError as error:
@@ -343,11 +347,17 @@ def report(
 @app.command()
 def status(db: DbOption = None) -> None:
     """Trials stored per suite and status."""
-    rows = status_counts(open_db(db))
+    from harness.store.coverage import stale_counts, stale_trials
+
+    engine = open_db(db)
+    rows = status_counts(engine)
     if not rows:
         console.print("no trials stored")
     for suite, trial_status, count in rows:
         console.print(f"{suite:<30} {trial_status:<9} {count}")
+    for suite, reason, count in stale_counts(stale_trials(engine)):
+        line = f"{suite:<30} not current: {count} {reason}"
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -373,6 +383,34 @@ def methods(
         console.print(f"[bold]{family}[/]")
         for entry in entries:
             console.print(f"  {entry['name']:<20} {entry['doc']}", highlight=False)
+
+
+@app.command()
+def versions(
+    update: Annotated[
+        bool, typer.Option("--update", help="Record the entries' current sources and versions.")
+    ] = False,
+    same_results: Annotated[
+        list[str] | None,
+        typer.Option(help="FAMILY:NAME whose code changed but whose results cannot (repeatable)."),
+    ] = None,
+) -> None:
+    """Check (or record) that no built-in method's code changed without a version bump."""
+    from harness.runner import sources
+
+    if not update:
+        found = sources.check()
+        for problem in found:
+            errors.print(f"[red]error:[/] {problem}", highlight=False, soft_wrap=True)
+        if found:
+            raise typer.Exit(2)
+        console.print(f"ok: every built-in entry matches {sources.LOCK.name}")
+        return
+    try:
+        changed = sources.update(same_results or ())
+    except sources.UnversionedChangeError as error:
+        raise fail(str(error)) from None
+    console.print(f"recorded {len(changed)} changed entries: {', '.join(changed) or 'none'}")
 
 
 @app.command()

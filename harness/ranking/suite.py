@@ -18,10 +18,13 @@ from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
 from harness.spec.schema import Claim, RankSpec, Suite
 from harness.store.nightly import latest_results
+from harness.store.coverage import unstored_notes
 from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+
+    from harness.records import PlannedTrial
 
 SUPERSEDED_UNKNOWN = (
     "no suite run recorded this suite's plan (a database older than this version): every "
@@ -41,13 +44,41 @@ class RankPlan:
     claims: tuple[Claim, ...] = ()
     models: tuple[str, ...] = ()
     """The suite's models in suite order: the recipes of claims that list none."""
+    unstored: tuple[str, ...] | None = None
+    """Why planned trials have no stored result (`harness.store.coverage.unstored_notes`); None
+    when not known (a recorded plan): `rank_suite` then states only their number."""
 
 
-def plan_of(suite: Suite, keys: list[str]) -> RankPlan:
+def plan_of(suite: Suite, keys: list[str], unstored: tuple[str, ...] | None = None) -> RankPlan:
     """What to rank of a suite file: its trials `keys` (as the runner plans them now)."""
     return RankPlan(
-        suite.suite, keys, suite.baseline, suite.rank, (), tuple(suite.expect), tuple(suite.models)
+        suite.suite,
+        keys,
+        suite.baseline,
+        suite.rank,
+        (),
+        tuple(suite.expect),
+        tuple(suite.models),
+        unstored,
     )
+
+
+def planned(engine: Engine, suite: Suite, trials: list[PlannedTrial]) -> RankPlan:
+    """What to rank of a suite file planned as `trials`, with why some have no stored result."""
+    notes = tuple(unstored_notes(engine, trials))
+    return plan_of(suite, [trial.key for trial in trials], notes)
+
+
+def unstored_count_note(plan: RankPlan, found: int) -> list[str]:
+    """The line for a recorded plan's trials without a stored result (their reasons need the
+    suite file: `planned`)."""
+    absent = len(plan.keys) - found
+    if absent <= 0:
+        return []
+    return [
+        f"{absent} of {len(plan.keys)} planned trials have no stored result (not run, running, "
+        f"or interrupted): `layerbench rank` of the suite file says why"
+    ]
 
 
 def declared_ranking(suite: Suite) -> dict[str, Any]:
@@ -140,9 +171,13 @@ def rank_suite(
     if not current_only:
         plan = replace(plan, keys=suite_keys(engine, plan.suite), warnings=())
     latest = nightly and current_only
-    outcomes = [o for o in plan_outcomes(engine, plan, latest) if keep is None or keep(o)]
+    loaded = plan_outcomes(engine, plan, latest)
+    outcomes = [o for o in loaded if keep is None or keep(o)]
     if not outcomes:
         return None
+    gaps = list(plan.unstored) if plan.unstored is not None else []
+    if plan.unstored is None and current_only:
+        gaps = unstored_count_note(plan, len(loaded))
     spec = plan.spec
     chosen = plan.baseline if baseline is UNSET else baseline
     if all_points:
@@ -164,7 +199,8 @@ def rank_suite(
         examples=examples,
     )
     found = [] if all_points else claim_findings(plan, outcomes, ranking.alpha)
-    return replace(ranking, warnings=[*plan.warnings, *ranking.warnings], findings=found)
+    warnings = [*gaps, *plan.warnings, *ranking.warnings]
+    return replace(ranking, warnings=warnings, findings=found)
 
 
 def claim_findings(

@@ -37,7 +37,7 @@ from harness.registry import (
     PretrainedModelEntry,
     TrainTaskEntry,
 )
-from harness.runner.plan import section
+from harness.runner.plan import section, trial_versions
 from harness.runner.posttrain import compress
 from harness.spec.resolve import resolve_precision
 from harness.spec.schema import TrialSettings
@@ -79,10 +79,12 @@ def autocast(device: torch.device, precision: str) -> AbstractContextManager[Any
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def environment(device: torch.device) -> dict[str, Any]:
-    """What a result depends on besides its config."""
+def environment(device: torch.device, config: dict[str, Any]) -> dict[str, Any]:
+    """What a result depends on besides its config (`method_versions`: the entry and method
+    library versions in its key, so `layerbench status` can say which one superseded it)."""
     return {
         **{f"{name}_version": value for name, value in package_versions().items()},
+        "method_versions": trial_versions(config),
         "python": platform.python_version(),
         "git_commit": git_commit(),
         "device": str(device),
@@ -282,7 +284,7 @@ def train_and_evaluate(
 ) -> dict[str, float]:
     """Train, then prune and quantize if the method says so, then the final evaluation."""
     trial = build(config, settings)
-    result.environment = environment(trial.device)
+    result.environment = environment(trial.device, config)
     train(trial, result, clock, report)
     compressed: dict[str, float] = {}
     if settings.prune is not None or settings.quantize is not None:
@@ -327,7 +329,7 @@ def evaluate_pretrained(
 ) -> dict[str, float]:
     """Load a pretrained model, prune and quantize it if asked, and evaluate it; no training."""
     device = resolve_device(settings.device)
-    result.environment = environment(device)
+    result.environment = environment(device, config)
     model_entry = MODELS.entry(config["model"]["type"])
     task_entry = TASKS.entry(config["task"]["type"])
     if not isinstance(model_entry, PretrainedModelEntry) or not isinstance(
