@@ -267,9 +267,7 @@ def build_ranking(
     from harness.ranking.suite import rank_suite
 
     try:
-        return rank_suite(
-            engine, current_plan(suite, engine), metric=metric, all_points=all_points
-        )
+        return rank_suite(engine, current_plan(suite, engine), metric=metric, all_points=all_points)
     except RegistryError as error:
         raise fail(str(error)) from None
 

@@ -17,8 +17,8 @@ from harness.ranking.outcomes import Target, TrialOutcome, each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
 from harness.spec.schema import Claim, RankSpec, Suite
-from harness.store.nightly import latest_results
 from harness.store.coverage import unstored_notes
+from harness.store.nightly import latest_results
 from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The recorded source of every built-in entry, so a change of a method's code cannot go unversioned.
+"""The recorded source of each built-in entry: a method's code cannot change unversioned.
 
 An entry's *source digest* hashes its implementation and every function and class of the
 implementation packages (methods, models, tasks, diagnostics, utils) it reaches by name, as
@@ -169,7 +169,9 @@ def problems(
         elif key not in lock:
             found.append(f"{key} is not recorded: run `layerbench versions --update`")
         elif entry != lock[key]:
-            found.append(f"{key} is now version {entry['version']}: run `layerbench versions --update`")
+            found.append(
+                f"{key} is now version {entry['version']}: run `layerbench versions --update`"
+            )
     found += [f"{key} is recorded but no longer declared" for key in sorted(set(lock) - set(now))]
     return found
 

@@ -88,7 +88,13 @@ def identity_of(trial: PlannedTrial | Any) -> tuple[Any, ...]:
 def stored_by_identity(engine: Engine, suite: str, methods: set[str]) -> dict[tuple[Any, ...], Any]:
     """The suite's stored finished trials of these methods, by `identity_of`."""
     query = select(
-        Trial.key, Trial.method, Trial.model, Trial.task, Trial.seed, Trial.config, Trial.environment
+        Trial.key,
+        Trial.method,
+        Trial.model,
+        Trial.task,
+        Trial.seed,
+        Trial.config,
+        Trial.environment,
     ).where(Trial.suite == suite, Trial.status.in_(FINAL_STATUSES))
     found = {}
     with Session(engine) as session:
@@ -151,7 +157,10 @@ def stale_reason(row: Any, fingerprints: dict[str, str]) -> str | None:
         if task not in fingerprints:
             fingerprints[task] = task_fingerprint(row.config["task"])
         versions = trial_versions(row.config)
-        if key_of(identity, row.config, fingerprints[task], package_versions(), versions) == row.key:
+        if (
+            key_of(identity, row.config, fingerprints[task], package_versions(), versions)
+            == row.key
+        ):
             return None
         return superseded_reason(row.environment, row.config)
     except NOT_PLANNABLE:
