@@ -7,9 +7,10 @@ Model and task sections are validated against the schema their registry entry de
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -21,6 +22,15 @@ from pydantic import (
 )
 
 SLUG = r"^[a-z0-9][a-z0-9-]*$"
+
+
+def some_values(values: list[Any]) -> list[Any]:
+    if not values:
+        raise ValueError("an empty list sweeps no value, so the method would have no trials")
+    return values
+
+
+SweepValues = Annotated[list[Any], AfterValidator(some_values)]
 
 
 class StrictModel(BaseModel):
@@ -147,7 +157,7 @@ class MethodSpec(TrialSettings):
 
     extends: str | None = None
     description: str = ""
-    sweep: dict[str, list[Any]] = {}
+    sweep: dict[str, SweepValues] = {}
 
 
 class MatrixEntry(StrictModel):
