@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from sqlalchemy import Engine
 
 from harness.cache import offline_unless_hub_reachable
 from harness.console import RichProgress, console, errors
+from harness.logs import log_file_beside
 from harness.records import ACTIVE_STATUSES, FAILED_STATUSES, PlannedTrial
 from harness.registry import (
     FAMILIES,
@@ -56,6 +58,29 @@ DbOption = Annotated[
 ]
 
 
+@app.callback()
+def main(
+    ctx: typer.Context,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Show third-party libraries' warnings and logs.")
+    ] = False,
+) -> None:
+    """LayerBench: benchmark layerwise deep-learning methods."""
+    from harness.logs import VERBOSE_ENV, route_logs, written
+    from harness.store.db import database_url
+
+    if verbose:
+        os.environ[VERBOSE_ENV] = "1"
+    route_logs(log_file_beside(database_url(None)))
+
+    def say_where() -> None:
+        if path := written():
+            note = f"third-party messages: {path} (--verbose shows them)"
+            errors.print(note, markup=False, highlight=False, soft_wrap=True)
+
+    ctx.call_on_close(say_where)
+
+
 def fail(message: str, code: int = 2) -> typer.Exit:
     errors.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
@@ -79,6 +104,10 @@ def load(path: Path) -> Suite:
 
 
 def open_db(url: str | None) -> Engine:
+    from harness.logs import route_logs
+    from harness.store.db import database_url
+
+    route_logs(log_file_beside(database_url(url)))
     try:
         return open_database(url)
     except DatabaseError as error:

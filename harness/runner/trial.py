@@ -26,6 +26,7 @@ from torch import nn
 from harness.cache import DataMissingError
 from harness.diagnostics import StepProbe, diagnostic_inputs, hidden_state_stats
 from harness.env import cpu_model, git_commit, package_versions
+from harness.logs import detach_stream_handlers
 from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
 from harness.records import LayerStat, SeriesPoint, Status, TrialResult
@@ -43,6 +44,8 @@ from harness.spec.resolve import resolve_precision
 from harness.spec.schema import TrialSettings
 from harness.tasks.base import Batch, Task
 from harness.tasks.corpora import ModelTokenizer
+
+detach_stream_handlers()  # torch's, attached at its import (the fork server imports this module)
 
 Report = Callable[[int, int, float], None]
 CALIBRATION_LENGTH = 128  # tokens per calibration window of a pretrained model
@@ -384,6 +387,7 @@ def quiet_libraries() -> None:
     transformers_logging.set_verbosity_error()
     for name in ("lm_eval", "lm-eval", "datasets"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    detach_stream_handlers()  # torch's and transformers' own, attached at their import
 
 
 def die_with_parent() -> None:
