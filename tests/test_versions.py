@@ -222,3 +222,10 @@ def test_rank_of_a_suite_never_run_says_so(tmp_path: Path) -> None:
     ranked = layerbench("rank", str(path))
     assert ranked.exit_code == 2
     assert "6 of 6 planned trials have no stored result: 6 not run yet" in ranked.output
+
+
+def test_report_of_a_suite_never_run_says_why(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, METHODS)
+    reported = layerbench("report", str(path))
+    assert reported.exit_code == 2
+    assert "6 of 6 planned trials have no stored result: 6 not run yet" in reported.output
