@@ -123,13 +123,25 @@ def detach_stream_handlers() -> None:
         logger.propagate = True
 
 
+NOTEWORTHY = (" WARNING: ", " ERROR: ", " CRITICAL: ")
+"""The levels whose records make a command print where the log file is (INFO records, such as
+a database migration's, are written silently)."""
+
+
 def written() -> Path | None:
-    """The log file, if this process or its trials wrote to it since it was chosen."""
+    """The log file, if this process or its trials wrote a warning or an error to it since it
+    was chosen."""
     chosen = os.environ.get(LOG_FILE_ENV)
     if chosen is None or verbose():
         return None
     path = Path(chosen)
-    return path if size_of(path) > _sizes.get(path, 0) else None
+    start = _sizes.get(path, 0)
+    if size_of(path) <= start:
+        return None
+    with path.open("rb") as log:
+        log.seek(start)
+        added = log.read().decode("utf-8", errors="replace")
+    return path if any(level in added for level in NOTEWORTHY) else None
 
 
 def size_of(path: Path) -> int:

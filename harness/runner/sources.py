@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.env import METHOD_LIBRARIES
+from harness.logs import detach_stream_handlers
 from harness.registry import FAMILIES, Entry
 
 LOCK = Path(__file__).with_name("entry_sources.json")
@@ -135,6 +136,9 @@ def read_lock(path: Path = LOCK) -> dict[str, dict[str, Any]]:
 
 def current(entries: dict[str, Entry[Any]]) -> dict[str, dict[str, Any]]:
     """Each entry's version and source digest, as `entry_sources.json` records them."""
+    import torch  # noqa: F401 (first: its terminal log handler is moved aside before the rest)
+
+    detach_stream_handlers()
     return {
         key: {"version": entry.version, "source": source_of(entry.obj).digest}
         for key, entry in entries.items()
