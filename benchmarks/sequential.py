@@ -217,7 +217,7 @@ def main() -> None:
     result = {
         "design": vars(args),
         "null": null_checks(args.reps, design, rng),
-        "power": power_table(args.reps, design, rng, (0.0, 0.5, 1.0, 2.0)),
+        "power": power_table(args.reps, design, rng, (0.0, 0.5, 1.0, 2.0, 5.0)),
     }
     print(json.dumps(result, indent=1))
 

@@ -111,16 +111,29 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
         o.key for o in select_tuned(stored.values(), tune_metric, direction, suite.rank.tuning)
     }
     lines = []
+    schedule = suite.schedule
+    unplanned = "if needed"  # a seed beyond a sequential schedule's initial ones, not yet run
     for trial in trials:
         value = metric_value(stored[trial.key], metric) if trial.key in stored else None
         shown = "" if value is None else f"{value:.4g}"
         mark = "*" if trial.sweep and trial.key in tuned else " "
-        status = statuses.get(trial.key, "pending")
+        later = schedule is not None and trial.seed >= schedule.initial
+        status = statuses.get(trial.key, unplanned if later else "pending")
         lines.append(f"{trial.key[:12]}  {status:>8}  {shown:>9} {mark} {trial.label}")
     # one unwrapped print: rendering 1,000 lines one by one was a third of `plan`'s time
     console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
-    counts = Counter(statuses.get(t.key, "pending") for t in trials)
+    counts = Counter(
+        statuses.get(t.key, unplanned if schedule and t.seed >= schedule.initial else "pending")
+        for t in trials
+    )
     console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if schedule is not None:
+        initial = sum(t.seed < schedule.initial for t in trials)
+        console.print(
+            f"sequential seeds: {initial} initial trials (seeds 0-{schedule.initial - 1}), "
+            f"then {schedule.step} seed(s) at a time for undecided comparisons, at most "
+            f"{len(trials)} trials (seeds 0-{schedule.max - 1}); docs/sequential.md"
+        )
     if any(trial.sweep for trial in trials):
         rule = {
             "per_method": f"per method, the sweep point with the best mean {tune_metric} over "
@@ -169,8 +182,10 @@ def run(
     planned = plan_suite(suite)
     trials = only_filter(planned, only)
     engine = open_db(db)
-    statuses = trial_statuses(engine, [t.key for t in trials])
-    todo = [t for t in trials if force or runnable(statuses.get(t.key), retry_failed)]
+    schedule = suite.schedule
+    first = [t for t in trials if schedule is None or t.seed < schedule.initial]
+    statuses = trial_statuses(engine, [t.key for t in first])
+    todo = [t for t in first if force or runnable(statuses.get(t.key), retry_failed)]
     use_mlflow = suite.tracking.mlflow and not no_mlflow
     tracker = None
     if use_mlflow and (todo or unlogged_count(engine, suite.suite)):
@@ -179,12 +194,17 @@ def run(
         tracker = MLflowTracker(engine)
         tracker.backfill(suite.suite)
     console.print(
-        f"{suite.suite}: {len(trials)} trials, {len(trials) - len(todo)} stored, {len(todo)} to run"
+        f"{suite.suite}: {len(first)} trials, {len(first) - len(todo)} stored, {len(todo)} to run"
+        + (f" (sequential seeds: up to {len(trials)} trials)" if schedule else "")
     )
     from harness.ranking.suite import declared_ranking
 
     keys = [t.key for t in planned]
     ranking = declared_ranking(suite)
+    looks = 0
+    if schedule is not None and not todo:  # a resumed sequential run: what do the looks ask?
+        looks += 1
+        todo = sequential_batch(suite, engine, planned, trials, set(), force, retry_failed, looks)
     if todo:
         if uses_hub_models(suite):
             offline_unless_hub_reachable()
@@ -197,21 +217,56 @@ def run(
                 retry_failed,
                 on_finish=tracker.on_finish if tracker else None,
             )
-            with RichProgress(len(todo)) as progress:
-                if backend == "ray":
-                    results = run_on_ray(todo, ledger, suite, ray_address, retries, progress)
-                else:
-                    from harness.runner.local import run_local
+            results: dict[str, TrialResult] = {}
+            done: set[str] = set()
+            while todo:
+                with RichProgress(len(todo)) as progress:
+                    if backend == "ray":
+                        results |= run_on_ray(todo, ledger, suite, ray_address, retries, progress)
+                    else:
+                        from harness.runner.local import run_local
 
-                    results = run_local(todo, ledger, workers, progress)
+                        results |= run_local(todo, ledger, workers, progress)
+                done |= {t.key for t in todo}
+                todo = []
+                if schedule is not None:
+                    looks += 1
+                    todo = sequential_batch(
+                        suite, engine, planned, trials, done, force, retry_failed, looks
+                    )
             record.n_ran = len(results)
     elif plan_changed(engine, suite.suite, keys):  # e.g. back to an older config: record it
         with suite_run(engine, suite.suite, suite.cadence, len(trials), ranking, keys):
             pass
     print_ranking(build_ranking(suite, engine))
-    final = trial_statuses(engine, [t.key for t in trials])
+    final = trial_statuses(engine, [t.key for t in trials])  # unrun sequential seeds: no status
     if any(status in FAILED_STATUSES for status in final.values()):
         raise typer.Exit(1)
+
+
+def sequential_batch(
+    suite: Suite,
+    engine: Engine,
+    planned: list[PlannedTrial],
+    trials: list[PlannedTrial],
+    done: set[str],
+    force: bool,
+    retry_failed: bool,
+    number: int,
+) -> list[PlannedTrial]:
+    """Look at the stored outcomes of a sequential suite (printing the look) and return the
+    trials among `trials` (the `--only` selection) it asks for that are not run yet
+    (`harness.ranking.rounds`)."""
+    from harness.ranking.rounds import look, wanted_trials
+    from harness.ranking.suite import plan_of, plan_outcomes
+
+    assert suite.schedule is not None
+    plan = plan_of(suite, [t.key for t in planned])
+    found = look(plan, suite.schedule, plan_outcomes(engine, plan, nightly=False))
+    console.print("\n".join(found.lines(number)), markup=False, highlight=False)
+    wanted = [t for t in wanted_trials(found, trials) if t.key not in done]
+    statuses = trial_statuses(engine, [t.key for t in wanted])
+    return [t for t in wanted if force or runnable(statuses.get(t.key), retry_failed)]
 
 
 def run_on_ray(

@@ -72,6 +72,8 @@ class TrialOutcome:
     key: str = ""
     series: Sequence[EvalPoint] = ()
     """The target metric at each evaluation (empty when there is no target)."""
+    wall_time_s: float | None = None
+    """The trial's wall-clock seconds (one worker process), where stored."""
 
 
 Cell = tuple[str, str, str]

@@ -12,14 +12,16 @@ standardized effect over N(0, 1/c) and the scale over its right Haar measure giv
 
 a nonnegative martingale with M_1 = 1 under mean m (with respect to the scale-invariant
 filtration; Pérez-Ortiz, Lardy, de Heide & Grünwald, 2024, "E-statistics, group invariance and
-anytime-valid testing", Ann. Statist.). By Ville's inequality P(exists n: M_n(m) >= 1/alpha) <=
-alpha, so after any number of looks, stopped by any rule:
+anytime-valid testing", Ann. Statist.). An average of such martingales over several c
+(`MIXTURE_CS`) is one too. By Ville's inequality P(exists n: M_n(m) >= 1/alpha) <= alpha, so
+after any number of looks, stopped by any rule:
 
 - the anytime-valid p-value of m is min(1, 1 / max over looks of M_n(m));
-- the confidence sequence is {m: M_n(m) < 1/alpha}, in closed form x̄ +- s * h(n), with
-  b = (alpha^2 c / (n + c))^(1/n), k = (1 - b)(n + c) and h(n)^2 = k (n - 1) / (n (n - k)) when
-  n > k, else the whole line (`half_width_factor`); the reported interval is the running
-  intersection over the looks.
+- the confidence sequence is {m: M_n(m) < 1/alpha} = x̄ +- s h(n): M_n grows with |d| / s, so
+  h(n) is where the mixture reaches 1/alpha, found by root finding (`half_width_factor`). For a
+  single c it is Lai's closed form: with b = (alpha^2 c / (n + c))^(1/n) and k = (1 - b)(n + c),
+  h(n)^2 = k (n - 1) / (n (n - k)) when n > k, else the whole line (the test checks both agree).
+  The reported interval is the running intersection over the looks.
 
 Verdicts per (claim, recipe), at the looks n = initial, initial + step, ..., max:
 
@@ -46,13 +48,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 import numpy as np
 
-MIXTURE_C = 1.0
-"""The mixture's precision c (the standardized effect's prior is N(0, 1/c)): of 0.1, 0.25, 0.5,
-1 and 2, the best power for effects of 0.5-1 paired sd within 24 seeds (docs/sequential.md)."""
+MIXTURE_CS = (0.01, 1.0)
+"""The mixture precisions c, averaged with equal weights (an average of e-processes is one): 1
+for effects of 0.5-2 paired sd within 24 seeds, 0.01 so that a difference of many sds (a method
+that fails to train) is decided at the first looks (docs/sequential.md)."""
 FUTILITY = 0.1
 """Below this conditional power a check gets no further seeds..."""
 FUTILITY_FROM_LOOK = 2
@@ -64,34 +68,56 @@ Stopped = Literal["decided", "futile", "max"]
 Kind = Literal["directional", "tie"]
 
 
-def half_width_factor(
-    n: np.ndarray | int, alpha: np.ndarray | float, c: float = MIXTURE_C
-) -> np.ndarray:
-    """h(n) of the confidence sequence x̄ +- s h(n) at level alpha (module doc); inf where it is
-    the whole line (always for n < 2)."""
-    n = np.asarray(n, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        b = (np.asarray(alpha, dtype=float) ** 2 * c / (n + c)) ** (1.0 / n)
-        k = (1.0 - b) * (n + c)
-        h = np.sqrt(k * (n - 1.0) / (n * (n - k)))
-    return np.asarray(np.where((n >= 2) & (n > k), h, np.inf), dtype=float)
-
-
 def log_mixture(
-    n: np.ndarray,
-    mean: np.ndarray,
-    sd: np.ndarray,
+    n: np.ndarray | int,
+    mean: np.ndarray | float,
+    sd: np.ndarray | float,
     m: float | np.ndarray = 0.0,
-    c: float = MIXTURE_C,
+    cs: tuple[float, ...] | None = None,
 ) -> np.ndarray:
-    """log M_n(m) (module doc), vectorised; 0 for n < 2 (no evidence yet)."""
+    """log of the average over `cs` (default `MIXTURE_CS`) of M_n(m) (module doc), vectorised;
+    0 for n < 2 (no evidence yet)."""
+    from scipy.special import logsumexp
+
+    cs = cs or MIXTURE_CS
     n = np.asarray(n, dtype=float)
     d = np.asarray(mean, dtype=float) - m
     v = np.maximum(n - 1.0, 0.0) * np.asarray(sd, dtype=float) ** 2 + n * d**2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where(v > 0, n**2 * d**2 / ((n + c) * v), 0.0)
-        log_m = 0.5 * np.log(c / (n + c)) - 0.5 * n * np.log1p(-r)
+    each = []
+    for c in cs:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(v > 0, n**2 * d**2 / ((n + c) * v), 0.0)
+            each.append(0.5 * np.log(c / (n + c)) - 0.5 * n * np.log1p(-r))
+    log_m = logsumexp(np.stack(each), axis=0) - np.log(len(cs))
     return np.asarray(np.where(n >= 2, log_m, 0.0), dtype=float)
+
+
+def half_width_factor(
+    n: np.ndarray | int, alpha: np.ndarray | float, cs: tuple[float, ...] | None = None
+) -> np.ndarray:
+    """h(n) of the confidence sequence x̄ +- s h(n) at level alpha: the standardized distance
+    at which the mixture reaches 1/alpha (module doc; it depends on n and alpha only); inf
+    where the mixture cannot reach it (always for n < 2)."""
+    h = np.vectorize(lambda k, a: _half_width(int(k), float(a), cs), otypes=[float])
+    return np.asarray(h(np.asarray(n), np.asarray(alpha)), dtype=float)
+
+
+@cache
+def _half_width(n: int, alpha: float, cs: tuple[float, ...] | None) -> float:
+    from scipy.optimize import brentq
+
+    target = np.log(1.0 / alpha)
+
+    def excess(t: float) -> float:
+        return float(log_mixture(n, t, 1.0, 0.0, cs)) - target
+
+    # the mixture grows with t towards its value at sd -> 0 (a finite limit)
+    if n < 2 or float(log_mixture(n, 1.0, 0.0, 0.0, cs)) <= target:
+        return np.inf
+    high = 1.0
+    while excess(high) <= 0:
+        high *= 2.0
+    return float(brentq(excess, 0.0, high, xtol=1e-10))
 
 
 def look_sizes(n: int, initial: int, step: int) -> list[int]:
@@ -189,7 +215,7 @@ def detectable_effect(sd: float, max_n: int, level: float) -> float | None:
     h = float(half_width_factor(max_n, level))
     if not np.isfinite(h) or not np.isfinite(sd):
         return None
-    return sd * (h + float(stats.norm.ppf(DETECT_POWER)) / np.sqrt(max_n))
+    return float(sd * (h + float(stats.norm.ppf(DETECT_POWER)) / np.sqrt(max_n)))
 
 
 @dataclass(frozen=True)

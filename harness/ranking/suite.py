@@ -16,7 +16,7 @@ from harness.ranking.findings import Finding, findings
 from harness.ranking.outcomes import Target, TrialOutcome, each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
-from harness.spec.schema import Claim, RankSpec, Suite
+from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
 from harness.store.nightly import latest_results
 from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
 
@@ -41,23 +41,34 @@ class RankPlan:
     claims: tuple[Claim, ...] = ()
     models: tuple[str, ...] = ()
     """The suite's models in suite order: the recipes of claims that list none."""
+    schedule: SeedSchedule | None = None
+    """The suite's sequential seeds, if any: claims get anytime-valid verdicts."""
 
 
 def plan_of(suite: Suite, keys: list[str]) -> RankPlan:
     """What to rank of a suite file: its trials `keys` (as the runner plans them now)."""
     return RankPlan(
-        suite.suite, keys, suite.baseline, suite.rank, (), tuple(suite.expect), tuple(suite.models)
+        suite.suite,
+        keys,
+        suite.baseline,
+        suite.rank,
+        (),
+        tuple(suite.expect),
+        tuple(suite.models),
+        suite.schedule,
     )
 
 
 def declared_ranking(suite: Suite) -> dict[str, Any]:
     """What a suite run records of how to rank the suite (read back by `recorded`): the
-    baseline, the `rank` section, the models in suite order and the `expect` claims."""
+    baseline, the `rank` section, the models in suite order, the `expect` claims and a
+    sequential seed schedule."""
     return {
         "baseline": suite.baseline,
         **suite.rank.model_dump(mode="json"),
         "models": list(suite.models),
         "expect": [claim.model_dump(mode="json") for claim in suite.expect],
+        **({"schedule": suite.schedule.model_dump()} if suite.schedule else {}),
     }
 
 
@@ -72,10 +83,11 @@ def recorded(engine: Engine, suite: str) -> RankPlan:
         for claim in ranking.get("expect", [])
     )
     models = tuple(ranking.get("models", ()))
+    schedule = SeedSchedule.model_validate(ranking["schedule"]) if "schedule" in ranking else None
     warnings: tuple[str, ...] = ()
     if keys is None:
         keys, warnings = suite_keys(engine, suite), (SUPERSEDED_UNKNOWN,)
-    return RankPlan(suite, keys, ranking.get("baseline"), spec, warnings, claims, models)
+    return RankPlan(suite, keys, ranking.get("baseline"), spec, warnings, claims, models, schedule)
 
 
 def plan_outcomes(engine: Engine, plan: RankPlan, nightly: bool) -> list[TrialOutcome]:
@@ -184,4 +196,5 @@ def claim_findings(
         tuning=spec.tuning,
         alpha=spec.alpha if alpha is None else alpha,
         models=plan.models,
+        schedule=plan.schedule,
     )

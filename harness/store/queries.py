@@ -61,6 +61,7 @@ OUTCOME_COLUMNS = (
     Trial.status,
     Trial.sweep,
     Trial.key,
+    Trial.wall_time_s,
 )
 
 
@@ -99,6 +100,7 @@ def stored_outcomes(
                     "sweep": trial.sweep,
                     "key": trial.key,
                     "series": series.get(trial.id, []),
+                    "wall_time_s": trial.wall_time_s,
                 }
                 for trial in trials
             ]
