@@ -205,6 +205,8 @@ def conditional_power(
         power = np.where(room > 0, power, 0.0)
     else:
         power = stats.norm.sf((half - mean) / spread) + stats.norm.cdf((-half - mean) / spread)
+    exact = (np.abs(mean) < (margin or 0.0) - half) if kind == "tie" else (np.abs(mean) > half)
+    power = np.where(sd > 0, power, exact)  # no spread: the remaining seeds change nothing
     return np.asarray(np.where(n >= max_n, 0.0, power), dtype=float)
 
 
