@@ -40,7 +40,13 @@ import numpy as np
 
 from harness.ranking.groups import Group, build_group
 from harness.ranking.outcomes import Direction, TrialOutcome, Tuning, select_tuned
-from harness.ranking.sequential import CheckDecision, CheckInput, SequentialCheck, decide
+from harness.ranking.sequential import (
+    CheckDecision,
+    CheckInput,
+    SequentialCheck,
+    decide,
+    summary,
+)
 from harness.ranking.stats import finite_or_none, holm, row_stds, seeds_needed, t_ci
 from harness.registry import METRICS
 from harness.spec.schema import Claim, SeedSchedule
@@ -94,7 +100,8 @@ class Finding:
         return f"{self.method} {relation} than {self.than} on {self.metric}"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"claim": self.claim}
+        records = [c.sequential for c in self.checks if c.sequential is not None]
+        return asdict(self) | {"claim": self.claim, "sequential": summary(records)}
 
 
 @dataclass(frozen=True)

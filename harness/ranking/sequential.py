@@ -106,7 +106,7 @@ def half_width_factor(
 def _half_width(n: int, alpha: float, cs: tuple[float, ...] | None) -> float:
     from scipy.optimize import brentq
 
-    target = np.log(1.0 / alpha)
+    target = float(np.log(1.0 / alpha))
 
     def excess(t: float) -> float:
         return float(log_mixture(n, t, 1.0, 0.0, cs)) - target
@@ -308,3 +308,46 @@ def _decision(
 
 def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
+
+
+def describe(record: SequentialCheck) -> str:
+    """How a check's seeds ended, for tables and the Findings page: "n = 6, 2 looks, futile,
+    120 CPU-s"."""
+    looks = f"{record.looks} look{'s' if record.looks != 1 else ''}"
+    state = {
+        "decided": "decided",
+        "max": "at max",
+        "futile": "futile",
+        None: "open (more seeds would be added)",
+    }[record.stopped]
+    return f"n = {record.n}, {looks}, {state}, {record.cpu_s:.0f} CPU-s"
+
+
+def verdict_note(record: SequentialCheck | None) -> str:
+    """What an inconclusive verdict adds under sequential seeds: "futile at n = 6; the smallest
+    effect max seeds could detect: 0.031" (empty when not futile)."""
+    if record is None or record.stopped != "futile":
+        return ""
+    shown = "unknown" if record.detectable is None else f"{record.detectable:.3g}"
+    return f"futile at n = {record.n}; the smallest effect max seeds could detect: {shown}"
+
+
+def summary(records: Sequence[SequentialCheck]) -> dict[str, object] | None:
+    """A claim's sequential record over its recipes: the most seeds and looks any used, how
+    they stopped (one state, or each), the CPU seconds of all; None without records."""
+    if not records:
+        return None
+    states = sorted({str(r.stopped) for r in records})
+    return {
+        "n": max(r.n for r in records),
+        "looks": max(r.looks for r in records),
+        "stopped": states[0] if len(states) == 1 else states,
+        "cpu_s": sum(r.cpu_s for r in records),
+    }
+
+
+SEQUENTIAL_HEADER = (
+    "sequential seeds: anytime-valid t confidence sequences (Lai, 1976; Wang & Ramdas, 2023), "
+    "Holm over the directional claims' anytime p-values, intervals at alpha / (directional "
+    "checks), ties at alpha; docs/sequential.md"
+)
