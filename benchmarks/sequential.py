@@ -1,7 +1,7 @@
 """Error rates, power and seeds used of sequential seeds (harness.ranking.sequential), by
 simulation: docs/sequential.md.
 
-    python benchmarks/sequential.py --reps 20000 --initial 3 --step 3 --max 24
+    python benchmarks/sequential.py --reps 20000 --initial 3 --step 3 --max 24 [--markdown]
 
 Each simulated claim draws `max` paired differences (effect + noise, noise normal or t with 3 df
 scaled to sd 1, so effects are in paired-sd units) and looks after `initial`, `initial + step`,
@@ -9,7 +9,8 @@ scaled to sd 1, so effects are in paired-sd units) and looks after `initial`, `i
 p-value (Holm-adjusted over the claims of a family) is below alpha, or for futility, or at
 `max`; a tie stops when its confidence sequence lies inside or wholly outside the margin. The
 fixed design beside it is today's rule at `max` seeds (two-sided paired t-test at alpha; a tie
-reproduced when the 95% t-interval lies inside the margin). Prints one JSON object.
+reproduced when the 95% t-interval lies inside the margin). Prints one JSON object, or with
+`--markdown` the tables of docs/sequential.md.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -42,6 +43,8 @@ class Design:
     step: int = 3
     max: int = 24
     alpha: float = 0.05
+    futility: bool = True
+    """False: look at every step up to max whatever the conditional power (the null checks)."""
 
 
 def draws(rng: np.random.Generator, shape: tuple[int, ...], noise: Noise) -> np.ndarray:
@@ -81,7 +84,7 @@ def directional(x: np.ndarray, design: Design) -> dict[str, np.ndarray]:
         sign = np.where(decided, np.sign(mean).astype(int), sign)
         power = conditional_power("directional", n, mean, sd, design.max, level)
         stop_futile = active & ~decided & (power < FUTILITY) & (n < design.max)
-        stop_futile &= look + 1 >= FUTILITY_FROM_LOOK
+        stop_futile &= design.futility and look + 1 >= FUTILITY_FROM_LOOK
         futile |= stop_futile
         used = np.where(decided | stop_futile, n, used)
         active &= ~(decided | stop_futile)
@@ -108,7 +111,7 @@ def tie(x: np.ndarray, margin: float, design: Design) -> dict[str, np.ndarray]:
         outcome = np.where(inside, 1, np.where(outside, -1, outcome))
         power = conditional_power("tie", n, mean, sd, design.max, design.alpha, margin)
         stop_futile = active & ~inside & ~outside & (power < FUTILITY) & (n < design.max)
-        stop_futile &= look + 1 >= FUTILITY_FROM_LOOK
+        stop_futile &= design.futility and look + 1 >= FUTILITY_FROM_LOOK
         futile |= stop_futile
         used = np.where(inside | outside | stop_futile, n, used)
         active &= ~(inside | outside | stop_futile)
@@ -138,10 +141,11 @@ def rate(hits: np.ndarray) -> dict[str, float]:
 def null_checks(
     reps: int, design: Design, rng: np.random.Generator, families: tuple[int, ...] = (1, 3)
 ) -> list[dict[str, Any]]:
-    """False decisions under the null: directional claims with no effect (one claim, and Holm
-    families of several: the family-wise rate), a tie whose true difference equals its margin
-    (false "reproduced") or is 0 (false "contradicted"). `reps` claims each (families: reps
-    families)."""
+    """False decisions under the null, with a look after every step up to max (no futility
+    stop): directional claims with no effect (one claim, and Holm families of several: the
+    family-wise rate), a tie whose true difference equals its margin (false "reproduced") or is
+    0 (false "contradicted"). `reps` claims each (families: reps families)."""
+    design = replace(design, futility=False)
     rows = []
     for noise in ("normal", "t3"):
         for claims in families:
@@ -188,6 +192,7 @@ def power_table(
             found = directional(x, design)
             sign = found["sign"][:, 0]
             fixed = fixed_directional(x[:, 0], design.alpha)
+            always = directional(x, replace(design, futility=False))
             rows.append(
                 {
                     "noise": noise,
@@ -196,11 +201,41 @@ def power_table(
                     "wrong_sign": float((sign == -1).mean()),
                     "futile": float(found["futile"].mean()),
                     "mean_seeds": float(found["used"].mean()),
+                    "no_futility_power": float((always["sign"][:, 0] == 1).mean()),
+                    "no_futility_seeds": float(always["used"].mean()),
                     "fixed_power": float((fixed == 1).mean()),
                     "fixed_seeds": design.max,
                 }
             )
     return rows
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The null checks and the power table as markdown tables."""
+    lines = [
+        "| noise | check | claims | false-decision rate | MC se | alpha + 2 se |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    alpha = result["design"]["alpha"]
+    for row in result["null"]:
+        bound = alpha + 2 * math.sqrt(alpha * (1 - alpha) / row["claims"])
+        lines.append(
+            f"| {row['noise']} | {row['check']} | {row['claims']} | {row['rate']:.4f} "
+            f"| {row['mc_se']:.4f} | {bound:.4f} |"
+        )
+    lines += [
+        "",
+        "| noise | effect (sd) | sequential: power | wrong sign | futile | mean seeds "
+        "| without futility: power | mean seeds | fixed: power | seeds |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in result["power"]:
+        lines.append(
+            f"| {row['noise']} | {row['effect']:g} | {row['power']:.3f} | {row['wrong_sign']:.4f} "
+            f"| {row['futile']:.3f} | {row['mean_seeds']:.1f} | {row['no_futility_power']:.3f} "
+            f"| {row['no_futility_seeds']:.1f} | {row['fixed_power']:.3f} | {row['fixed_seeds']} |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -211,6 +246,7 @@ def main() -> None:
     parser.add_argument("--max", type=int, default=24)
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--markdown", action="store_true", help="Print markdown tables.")
     args = parser.parse_args()
     design = Design(args.initial, args.step, args.max, args.alpha)
     rng = np.random.default_rng(args.seed)
@@ -219,7 +255,7 @@ def main() -> None:
         "null": null_checks(args.reps, design, rng),
         "power": power_table(args.reps, design, rng, (0.0, 0.5, 1.0, 2.0, 5.0)),
     }
-    print(json.dumps(result, indent=1))
+    print(markdown(result) if args.markdown else json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
