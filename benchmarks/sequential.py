@@ -155,6 +155,7 @@ def null_checks(
                     "noise": noise,
                     "check": f"no effect, {claims} claim(s): any false decision",
                     "claims": reps * claims,
+                    "runs": reps,
                     **rate((found["sign"] != 0).any(axis=1)),
                 }
             )
@@ -165,6 +166,7 @@ def null_checks(
                 "noise": noise,
                 "check": f"tie, difference = margin = {margin}: reproduced",
                 "claims": reps,
+                "runs": reps,
                 **rate(at_margin["outcome"] == 1),
             }
         )
@@ -174,6 +176,7 @@ def null_checks(
                 "noise": noise,
                 "check": f"tie, difference 0, margin {margin}: contradicted",
                 "claims": reps,
+                "runs": reps,
                 **rate(inside["outcome"] == -1),
             }
         )
@@ -218,7 +221,7 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     alpha = result["design"]["alpha"]
     for row in result["null"]:
-        bound = alpha + 2 * math.sqrt(alpha * (1 - alpha) / row["claims"])
+        bound = alpha + 2 * math.sqrt(alpha * (1 - alpha) / row["runs"])
         lines.append(
             f"| {row['noise']} | {row['check']} | {row['claims']} | {row['rate']:.4f} "
             f"| {row['mc_se']:.4f} | {bound:.4f} |"
