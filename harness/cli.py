@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import threading
 
     from harness.ranking import Ranking
+    from harness.ranking.rounds import SequentialSeeds
     from harness.ranking.suite import RankPlan
     from harness.records import TrialResult
 
@@ -201,10 +202,12 @@ def run(
 
     keys = [t.key for t in planned]
     ranking = declared_ranking(suite)
-    looks = 0
-    if schedule is not None and not todo:  # a resumed sequential run: what do the looks ask?
-        looks += 1
-        todo = sequential_batch(suite, engine, planned, trials, set(), force, retry_failed, looks)
+    policy = None
+    if schedule is not None:  # the policy's first round: the initial seeds, or what looks ask
+        from harness.ranking.rounds import SequentialSeeds
+
+        policy = SequentialSeeds(suite, lambda lines: console.print(lines, markup=False))
+        todo = sequential_todo(policy, 0, engine, trials, {}, force, retry_failed)
     if todo:
         if uses_hub_models(suite):
             offline_unless_hub_reachable()
@@ -218,7 +221,7 @@ def run(
                 on_finish=tracker.on_finish if tracker else None,
             )
             results: dict[str, TrialResult] = {}
-            done: set[str] = set()
+            rounds = 0
             while todo:
                 with RichProgress(len(todo)) as progress:
                     if backend == "ray":
@@ -227,12 +230,10 @@ def run(
                         from harness.runner.local import run_local
 
                         results |= run_local(todo, ledger, workers, progress)
-                done |= {t.key for t in todo}
-                todo = []
-                if schedule is not None:
-                    looks += 1
-                    todo = sequential_batch(
-                        suite, engine, planned, trials, done, force, retry_failed, looks
+                todo, rounds = [], rounds + 1
+                if policy is not None:
+                    todo = sequential_todo(
+                        policy, rounds, engine, trials, results, force, retry_failed
                     )
             record.n_ran = len(results)
     elif plan_changed(engine, suite.suite, keys):  # e.g. back to an older config: record it
@@ -244,29 +245,30 @@ def run(
         raise typer.Exit(1)
 
 
-def sequential_batch(
-    suite: Suite,
+@dataclass(frozen=True)
+class SequentialRound:
+    """What the sequential policy sees before a round (`harness.ranking.rounds.RoundView`)."""
+
+    number: int
+    planned: list[PlannedTrial]
+    store: Engine
+    results: dict[str, TrialResult]
+
+
+def sequential_todo(
+    policy: SequentialSeeds,
+    number: int,
     engine: Engine,
-    planned: list[PlannedTrial],
     trials: list[PlannedTrial],
-    done: set[str],
+    results: dict[str, TrialResult],
     force: bool,
     retry_failed: bool,
-    number: int,
 ) -> list[PlannedTrial]:
-    """Look at the stored outcomes of a sequential suite (printing the look) and return the
-    trials among `trials` (the `--only` selection) it asks for that are not run yet
-    (`harness.ranking.rounds`)."""
-    from harness.ranking.rounds import look, wanted_trials
-    from harness.ranking.suite import plan_of, plan_outcomes
-
-    assert suite.schedule is not None
-    plan = plan_of(suite, [t.key for t in planned])
-    found = look(plan, suite.schedule, plan_outcomes(engine, plan, nightly=False))
-    console.print("\n".join(found.lines(number)), markup=False, highlight=False)
-    wanted = [t for t in wanted_trials(found, trials) if t.key not in done]
-    statuses = trial_statuses(engine, [t.key for t in wanted])
-    return [t for t in wanted if force or runnable(statuses.get(t.key), retry_failed)]
+    """The next round of a sequential suite: the trials its policy asks for (printing each
+    look) that are not stored, or all of them with `force`; round `number` 0 before any ran."""
+    batch = policy.trials(SequentialRound(number, trials, engine, results))
+    statuses = trial_statuses(engine, [t.key for t in batch])
+    return [t for t in batch if force or runnable(statuses.get(t.key), retry_failed)]
 
 
 def run_on_ray(

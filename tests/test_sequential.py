@@ -5,14 +5,18 @@ the methods that get more seeds."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlalchemy import Engine
 
+from benchmarks import fake_results
 from benchmarks.sequential import Design, directional, draws, null_checks, tie
 from harness.ranking.findings import findings
 from harness.ranking.outcomes import TrialOutcome
-from harness.ranking.rounds import look, wanted_trials
+from harness.ranking.rounds import SequentialSeeds, look, wanted_trials
 from harness.ranking.sequential import (
     CheckInput,
     Looks,
@@ -23,7 +27,8 @@ from harness.ranking.sequential import (
 )
 from harness.ranking.suite import RankPlan
 from harness.records import PlannedTrial
-from harness.spec.schema import Claim, RankSpec, SeedSchedule
+from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
+from harness.store.db import open_database
 
 SCHEDULE = SeedSchedule(initial=3, max=12, step=3)
 
@@ -168,3 +173,54 @@ def test_without_claims_each_method_is_compared_with_the_baseline() -> None:
     plan = RankPlan("suite", [], "base", RankSpec(), (), (), ("m",), SCHEDULE)
     found = look(plan, SCHEDULE, outcomes)
     assert set(found.wanted) == {("base", "m", "t"), ("near", "m", "t")}
+
+
+@dataclass(frozen=True)
+class FakeRound:
+    number: int
+    planned: list[PlannedTrial]
+    store: Engine
+    results: dict[str, object]
+
+
+def test_the_round_policy_runs_the_initial_seeds_then_what_each_look_asks(tmp_path: Path) -> None:
+    suite = Suite.model_validate(
+        {
+            "suite": "s",
+            "seeds": {"initial": 3, "max": 12, "step": 3},
+            "models": {"m": {"type": "gpt"}},
+            "tasks": {"t": {"type": "lm"}},
+            "methods": {m: {} for m in "abcd"},
+            "expect": [
+                {"method": "a", "than": "b", "direction": "better", "source": "clear"},
+                {"method": "c", "than": "d", "direction": "better", "source": "open"},
+            ],
+        }
+    )
+    trials = fake_results.planned("s", {m: {} for m in "abcd"}, ["m"], ["t"], range(12))
+    engine = open_database(f"sqlite:///{tmp_path / 'policy.db'}")
+    shown: list[str] = []
+    policy = SequentialSeeds(suite, shown.append)
+    first = policy.trials(FakeRound(0, trials, engine, {}))
+    assert {(t.method, t.seed) for t in first} == {(m, s) for m in "abcd" for s in range(3)}
+    rng = np.random.default_rng(7)
+    means, sds = (
+        {"a": 2.0, "b": 4.0, "c": 3.0, "d": 3.0},
+        {"a": 0.01, "b": 0.01, "c": 0.2, "d": 0.2},
+    )
+    fake_results.store(
+        engine,
+        [
+            (
+                t,
+                fake_results.fake_result(
+                    "done", means[t.method] + sds[t.method] * rng.normal(), rng
+                ),
+            )
+            for t in first
+        ],
+    )
+    ran = {t.key: None for t in first}
+    second = policy.trials(FakeRound(1, trials, engine, ran))
+    assert {(t.method, t.seed) for t in second} == {(m, s) for m in "cd" for s in range(3, 6)}
+    assert shown and shown[0].startswith("look 1:")

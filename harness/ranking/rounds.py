@@ -4,19 +4,24 @@ The policy of `layerbench run`: first seeds 0 .. initial - 1 of every trial; the
 (the findings of `harness.ranking.findings` on every stored outcome) `step` more seeds only for
 the two methods of each comparison still open on its recipe (model, task): not decided, not
 futile, below `max` (`harness.ranking.sequential`). The comparisons are the suite's `expect`
-claims, or without claims each method against the baseline. Pure: it reads no database.
+claims, or without claims each method against the baseline. `SequentialSeeds` is the round
+policy of a run (`trials(round)`: the next batch given the stored outcomes); the rest is pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from harness.ranking.findings import Finding, findings
 from harness.ranking.outcomes import Cell, TrialOutcome
-from harness.ranking.suite import RankPlan
+from harness.ranking.suite import RankPlan, plan_of
 from harness.records import PlannedTrial
-from harness.spec.schema import Claim, SeedSchedule
+from harness.spec.schema import Claim, SeedSchedule, Suite
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 IMPLICIT_SOURCE = "each method against the baseline (no `expect` claims)"
 
@@ -107,3 +112,43 @@ def initial_trials(schedule: SeedSchedule, planned: Sequence[PlannedTrial]) -> l
 def wanted_trials(look_: Look, planned: Sequence[PlannedTrial]) -> list[PlannedTrial]:
     """The planned trials the look asks for (stored ones included: the caller skips them)."""
     return [t for t in planned if t.seed < look_.wanted.get((t.method, t.model, t.task), 0)]
+
+
+class RoundView(Protocol):
+    """What a round policy is shown before each round (`harness.service.run.Round`)."""
+
+    @property
+    def number(self) -> int: ...
+    @property
+    def planned(self) -> Sequence[PlannedTrial]: ...
+    @property
+    def store(self) -> Engine: ...
+    @property
+    def results(self) -> Mapping[str, object]: ...
+
+
+class SequentialSeeds:
+    """The round policy of a suite with sequential seeds: the initial seeds while any is not
+    stored, then after each look the trials the open comparisons ask for that this run has not
+    run yet (none: the run is over). `show` receives each look's lines."""
+
+    def __init__(self, suite: Suite, show: Callable[[str], None] = lambda line: None) -> None:
+        if suite.schedule is None:
+            raise ValueError(f"suite '{suite.suite}' has a fixed list of seeds")
+        self.suite, self.schedule, self.show = suite, suite.schedule, show
+        self.looks = 0
+
+    def trials(self, round: RoundView) -> list[PlannedTrial]:
+        from harness.store.queries import stored_outcomes
+
+        keys = [t.key for t in round.planned]
+        records = stored_outcomes(round.store, keys)
+        outcomes = [TrialOutcome(**record) for record in records]
+        first = initial_trials(self.schedule, round.planned)
+        stored = {o.key for o in outcomes}
+        if round.number == 0 and any(t.key not in stored for t in first):
+            return first
+        found = look(plan_of(self.suite, keys), self.schedule, outcomes)
+        self.looks += 1
+        self.show("\n".join(found.lines(self.looks)))
+        return [t for t in wanted_trials(found, round.planned) if t.key not in round.results]
