@@ -157,7 +157,9 @@ class Looks:
         """The running intersection of the confidence sequence at level alpha over the looks."""
         if not self.sizes:
             return -np.inf, np.inf
-        half = half_width_factor(np.array(self.sizes), alpha) * np.nan_to_num(self.sds, nan=0.0)
+        h = half_width_factor(np.array(self.sizes), alpha)
+        sds = np.nan_to_num(self.sds, nan=0.0)
+        half = np.where(np.isinf(h), np.inf, np.where(np.isinf(h), 0.0, h) * sds)
         return float(np.max(self.means - half)), float(np.min(self.means + half))
 
 
