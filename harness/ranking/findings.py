@@ -38,8 +38,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from harness.core import Direction, TrialOutcome
 from harness.ranking.groups import Group, build_group
-from harness.ranking.outcomes import Direction, TrialOutcome, Tuning, select_tuned
+from harness.ranking.outcomes import select_tuned
 from harness.ranking.sequential import (
     CheckDecision,
     CheckInput,
@@ -49,7 +50,7 @@ from harness.ranking.sequential import (
 )
 from harness.ranking.stats import finite_or_none, holm, row_stds, seeds_needed, t_ci
 from harness.registry import METRICS
-from harness.spec.schema import Claim, SeedSchedule
+from harness.spec.schema import Claim, ClaimDirection, SeedSchedule, Tuning
 
 Verdict = Literal["reproduced", "contradicted", "inconclusive"]
 ClaimVerdict = Literal["reproduced", "contradicted", "inconclusive", "fragile", "no data"]
@@ -85,7 +86,7 @@ class Finding:
     method: str
     than: str
     metric: str
-    direction: Literal["better", "worse", "tie"]
+    direction: ClaimDirection
     margin: float | None
     source: str
     note: str
@@ -99,9 +100,22 @@ class Finding:
         relation = f"ties (+-{self.margin:g})" if self.direction == "tie" else self.direction
         return f"{self.method} {relation} than {self.than} on {self.metric}"
 
+    @property
+    def verdict_text(self) -> str:
+        """The verdict in words, with the recipes a fragile claim flips on."""
+        if self.flipped_by:
+            return f"{self.verdict} (flips on {', '.join(self.flipped_by)})"
+        return self.verdict
+
     def to_dict(self) -> dict[str, Any]:
+        found = asdict(self) | {"claim": self.claim}
         records = [c.sequential for c in self.checks if c.sequential is not None]
-        return asdict(self) | {"claim": self.claim, "sequential": summary(records)}
+        if records:  # sequential seeds only: the fixed design's JSON is unchanged
+            found["sequential"] = summary(records)
+        else:
+            for check in found["checks"]:
+                del check["sequential"]
+        return found
 
 
 @dataclass(frozen=True)
@@ -260,9 +274,7 @@ def _pending(
     p = float(group.test(group.values[i], group.values[j])[0]) if n >= 2 else None
     delta = float(np.nanmean(diffs)) if n else None
     sd = float(row_stds(diffs)[0]) if n >= 2 else np.nan
-    favours = (
-        0 if delta is None or delta == 0 else (1 if (delta < 0) == (direction == "min") else -1)
-    )
+    favours = direction.sign(delta)
     return _Pending(
         index,
         group.model,

@@ -10,18 +10,18 @@ policy of a run (`trials(round)`: the next batch given the stored outcomes); the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from harness.core import CellKey, TrialOutcome, cell_of
 from harness.ranking.findings import Finding, findings
-from harness.ranking.outcomes import Cell, TrialOutcome
 from harness.ranking.suite import RankPlan, plan_of
 from harness.records import PlannedTrial
 from harness.spec.schema import Claim, SeedSchedule, Suite
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
+    from harness.service.run import Round
 
 IMPLICIT_SOURCE = "each method against the baseline (no `expect` claims)"
 
@@ -31,7 +31,7 @@ class Look:
     """One look: the findings on the stored outcomes and the seeds each cell needs next."""
 
     findings: list[Finding]
-    wanted: dict[Cell, int]
+    wanted: dict[CellKey, int]
     """(method, model, task) -> seeds 0 .. n - 1 it needs; only cells of open comparisons."""
 
     def lines(self, number: int) -> list[str]:
@@ -87,16 +87,16 @@ def look(plan: RankPlan, schedule: SeedSchedule, outcomes: Sequence[TrialOutcome
         models=plan.models,
         schedule=schedule,
     )
-    seeds: dict[Cell, set[int]] = {}
+    seeds: dict[CellKey, set[int]] = {}
     for o in outcomes:
-        seeds.setdefault((o.method, o.model, o.task), set()).add(o.seed)
-    wanted: dict[Cell, int] = {}
+        seeds.setdefault(cell_of(o), set()).add(o.seed)
+    wanted: dict[CellKey, int] = {}
     for finding in found:
         for check in finding.checks:
             record = check.sequential
             if check.verdict != "inconclusive" or record is None or record.stopped is not None:
                 continue
-            cells = [(m, check.model, check.task) for m in (finding.method, finding.than)]
+            cells = [CellKey(m, check.model, check.task) for m in (finding.method, finding.than)]
             ran = max(len(seeds.get(cell, ())) for cell in cells)
             target = min(schedule.max, ran + schedule.step)
             for cell in cells:
@@ -111,20 +111,7 @@ def initial_trials(schedule: SeedSchedule, planned: Sequence[PlannedTrial]) -> l
 
 def wanted_trials(look_: Look, planned: Sequence[PlannedTrial]) -> list[PlannedTrial]:
     """The planned trials the look asks for (stored ones included: the caller skips them)."""
-    return [t for t in planned if t.seed < look_.wanted.get((t.method, t.model, t.task), 0)]
-
-
-class RoundView(Protocol):
-    """What a round policy is shown before each round (`harness.service.run.Round`)."""
-
-    @property
-    def number(self) -> int: ...
-    @property
-    def planned(self) -> Sequence[PlannedTrial]: ...
-    @property
-    def store(self) -> Engine: ...
-    @property
-    def results(self) -> Mapping[str, object]: ...
+    return [t for t in planned if t.seed < look_.wanted.get(CellKey(t.method, t.model, t.task), 0)]
 
 
 class SequentialSeeds:
@@ -138,12 +125,11 @@ class SequentialSeeds:
         self.suite, self.schedule, self.show = suite, suite.schedule, show
         self.looks = 0
 
-    def trials(self, round: RoundView) -> list[PlannedTrial]:
+    def trials(self, round: Round) -> list[PlannedTrial]:
         from harness.store.queries import stored_outcomes
 
         keys = [t.key for t in round.planned]
-        records = stored_outcomes(round.store, keys)
-        outcomes = [TrialOutcome(**record) for record in records]
+        outcomes = stored_outcomes(round.store, keys)
         first = initial_trials(self.schedule, round.planned)
         stored = {o.key for o in outcomes}
         if round.number == 0 and any(t.key not in stored for t in first):
