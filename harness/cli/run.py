@@ -81,7 +81,7 @@ def execute(
     """`run_suite` with the console's display; a bad `--only` or no Ray exits 2."""
     from harness.runner.ray_backend import RayUnavailableError
 
-    display = Display(announce=announce, progress=RichProgress)
+    display = Display(announce=announce, progress=RichProgress, look=show_look)
     try:
         return run_suite(
             suite,
@@ -99,6 +99,10 @@ def announce(plan: RunPlan) -> None:
     console.print(
         f"{plan.suite}: {plan.n_trials} trials, {plan.n_stored} stored, {plan.n_todo} to run"
     )
+
+
+def show_look(text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def mlflow_tracker(engine: Engine) -> Callable[[], Tracker]:

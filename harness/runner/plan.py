@@ -120,7 +120,7 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
     trials = []
     for method, model, task in matrix_cells(suite):
         for point, settings in settings_of[method]:
-            for seed in suite.seeds:
+            for seed in suite.seed_list:
                 resolved_settings = settings.model_dump(mode="json")
                 resolved_settings["optimizer"] = resolved_optimizer(
                     resolved_settings["optimizer"], settings.device, cuda

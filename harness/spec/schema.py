@@ -13,11 +13,13 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    Tag,
     model_validator,
 )
 
@@ -220,6 +222,33 @@ class Claim(StrictModel):
         return self
 
 
+class SeedSchedule(StrictModel):
+    """Sequential seeds (docs/sequential.md): seeds 0 .. `initial` - 1 for every method, then
+    `step` more at a time only for the methods of comparisons still undecided, up to `max`."""
+
+    initial: int = Field(ge=2)
+    max: PositiveInt
+    step: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def max_after_initial(self) -> SeedSchedule:
+        if self.max < self.initial:
+            raise ValueError("`max` must be at least `initial`")
+        return self
+
+
+def _seeds_kind(value: Any) -> str:
+    return "schedule" if isinstance(value, dict | SeedSchedule) else "list"
+
+
+Seeds = Annotated[
+    Annotated[list[NonNegativeInt], Field(min_length=1), Tag("list")]
+    | Annotated[SeedSchedule, Tag("schedule")],
+    Discriminator(_seeds_kind),
+]
+"""A fixed list of seeds, or a mapping {initial, max, step} (sequential seeds)."""
+
+
 class RegressionSpec(StrictModel):
     """How `layerbench nightly` flags a change (SPEC 11, docs/nightly.md)."""
 
@@ -248,7 +277,8 @@ class Suite(StrictModel):
     suite: str = Field(pattern=SLUG)
     description: str = ""
     cadence: Literal["commit", "nightly", "weekly", "manual"] = "manual"
-    seeds: list[NonNegativeInt] = Field([0], min_length=1)
+    seeds: Seeds = [0]
+    """A fixed list of seeds, or a sequential schedule (`SeedSchedule`)."""
     defaults: TrialSettings = TrialSettings()
     models: dict[str, dict[str, Any]] = Field(min_length=1)
     tasks: dict[str, dict[str, Any]] = Field(min_length=1)
@@ -261,3 +291,14 @@ class Suite(StrictModel):
     tracking: TrackingSpec = TrackingSpec()
     resources: ResourcesSpec = ResourcesSpec()
     plugins: list[str] = []
+
+    @property
+    def seed_list(self) -> list[int]:
+        """Every seed a trial may get: the fixed list, or 0 .. max - 1 of a schedule."""
+        if isinstance(self.seeds, SeedSchedule):
+            return list(range(self.seeds.max))
+        return list(self.seeds)
+
+    @property
+    def schedule(self) -> SeedSchedule | None:
+        return self.seeds if isinstance(self.seeds, SeedSchedule) else None
