@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from sqlalchemy import Engine
@@ -24,6 +24,7 @@ from harness.registry import (
 )
 from harness.runner.plan import SelectionError, plan_suite, select_trials
 from harness.spec import Suite, SuiteError, load_suite
+from harness.spec.schema import ResourcesSpec, SlurmSpec
 from harness.store.db import DatabaseError, StoreLedger, open_database, suite_run
 from harness.store.queries import (
     status_counts,
@@ -153,7 +154,10 @@ def run(
     retry_failed: Annotated[bool, typer.Option(help="Rerun failed and timed-out trials.")] = False,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Do not log to MLflow.")] = False,
     backend: Annotated[
-        str, typer.Option(help="local (--workers processes here) or ray (as the cluster allows).")
+        str,
+        typer.Option(
+            help="local (--workers processes here), ray or slurm (as the cluster allows)."
+        ),
     ] = "local",
     ray_address: Annotated[
         str | None, typer.Option(help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).")
@@ -161,11 +165,27 @@ def run(
     retries: Annotated[
         int, typer.Option("--ray-max-retries", min=0, help="Ray retries of a dead worker.")
     ] = 1,
+    slurm_partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
+    slurm_account: Annotated[str | None, typer.Option(help="Slurm account.")] = None,
+    slurm_qos: Annotated[str | None, typer.Option(help="Slurm quality of service.")] = None,
+    slurm_array_parallelism: Annotated[
+        int | None, typer.Option(min=1, help="Trials queued or running on Slurm at once.")
+    ] = None,
+    sbatch: Annotated[
+        list[str] | None, typer.Option(help="Another sbatch flag as KEY=VALUE (repeatable).")
+    ] = None,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
-    if backend not in ("local", "ray"):
-        raise fail(f"--backend must be local or ray (got '{backend}')")
+    if backend not in ("local", "ray", "slurm"):
+        raise fail(f"--backend must be local, ray or slurm (got '{backend}')")
     suite = load(suite_path)
+    flags = {
+        "partition": slurm_partition,
+        "account": slurm_account,
+        "qos": slurm_qos,
+        "array_parallelism": slurm_array_parallelism,
+    }
+    slurm = slurm_settings(suite.slurm, flags, sbatch or [])
     planned = plan_suite(suite)
     trials = only_filter(planned, only)
     engine = open_db(db)
@@ -200,6 +220,8 @@ def run(
             with RichProgress(len(todo)) as progress:
                 if backend == "ray":
                     results = run_on_ray(todo, ledger, suite, ray_address, retries, progress)
+                elif backend == "slurm":
+                    results = run_on_slurm(todo, ledger, suite.resources, slurm, progress)
                 else:
                     from harness.runner.local import run_local
 
@@ -227,6 +249,34 @@ def run_on_ray(
     try:
         return run_ray(todo, ledger, address, suite.resources, max_retries, progress)
     except RayUnavailableError as error:
+        raise fail(str(error)) from None
+
+
+def slurm_settings(spec: SlurmSpec, flags: dict[str, Any], sbatch: list[str]) -> SlurmSpec:
+    """The suite's `slurm:` section with the command line's `--slurm-*` and `--sbatch` over it;
+    a `--sbatch` without `=` exits 2."""
+    extra = dict(spec.sbatch)
+    for flag in sbatch:
+        key, equals, value = flag.partition("=")
+        if not equals or not key:
+            raise fail(f"--sbatch takes KEY=VALUE, e.g. --sbatch constraint=a100 (got '{flag}')")
+        extra[key.lstrip("-")] = value
+    chosen = {name: value for name, value in flags.items() if value is not None}
+    return spec.model_copy(update={**chosen, "sbatch": extra})
+
+
+def run_on_slurm(
+    todo: list[PlannedTrial],
+    ledger: StoreLedger,
+    resources: ResourcesSpec,
+    slurm: SlurmSpec,
+    progress: RichProgress,
+) -> dict[str, TrialResult]:
+    from harness.runner.slurm_backend import SlurmUnavailableError, run_slurm
+
+    try:
+        return run_slurm(todo, ledger, resources, slurm, progress)
+    except SlurmUnavailableError as error:
         raise fail(str(error)) from None
 
 
