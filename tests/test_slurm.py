@@ -355,3 +355,21 @@ def test_job_resources_and_time_limit_follow_the_suite() -> None:
     assert slurm_time(1) == "0:01:00"
     assert slurm_time(900 + 60) == "0:16:00"
     assert slurm_time(2 * 3600 + 1) == "2:01:00"
+
+
+def test_command_line_slurm_options_override_the_suite_and_a_bad_flag_is_invalid_input(
+    tiny_suite: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from harness.cli import app, slurm_settings
+    from harness.spec.schema import SlurmSpec
+
+    suite = SlurmSpec(partition="cpu", qos="low", sbatch={"constraint": "a100"})
+    flags = {"partition": "gpu", "account": None, "qos": None, "array_parallelism": 4}
+    merged = slurm_settings(suite, flags, ["exclude=node7", "--mail-type=FAIL"])
+    assert (merged.partition, merged.qos, merged.array_parallelism) == ("gpu", "low", 4)
+    assert merged.sbatch == {"constraint": "a100", "exclude": "node7", "mail-type": "FAIL"}
+    ran = CliRunner().invoke(app, ["run", str(tiny_suite), "--backend", "slurm", "--sbatch", "x"])
+    assert ran.exit_code == 2
+    assert "--sbatch takes KEY=VALUE" in ran.output

@@ -181,12 +181,9 @@ def claim_batch(
 ) -> list[PlannedTrial]:
     """Up to `room` trials claimed now, all with the same time limit and device (one array)."""
     batch: list[PlannedTrial] = []
-    while len(batch) < room and (trial := claim_next(pending, ledger, progress)):
-        if batch and not alike(batch[0], trial):
-            pending.appendleft(trial)
-            ledger.release(trial)
-            break
-        batch.append(trial)
+    while len(batch) < room and pending and (not batch or alike(batch[0], pending[0])):
+        if trial := claim_next(deque([pending.popleft()]), ledger, progress):
+            batch.append(trial)
     return batch
 
 
