@@ -51,9 +51,7 @@ def observed(check: RecipeCheck, several: bool) -> str:
 
 
 def verdict(finding: Finding) -> str:
-    if finding.flipped_by:
-        return f"fragile: flips on {', '.join(finding.flipped_by)}"
-    return finding.verdict
+    return finding.verdict_text
 
 
 def compare_link(suite: str, finding: Finding) -> str | None:

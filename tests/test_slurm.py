@@ -362,7 +362,8 @@ def test_command_line_slurm_options_override_the_suite_and_a_bad_flag_is_invalid
 ) -> None:
     from typer.testing import CliRunner
 
-    from harness.cli import app, slurm_settings
+    from harness.cli import app
+    from harness.cli.run import slurm_settings
     from harness.spec.schema import SlurmSpec
 
     suite = SlurmSpec(partition="cpu", qos="low", sbatch={"constraint": "a100"})

@@ -18,21 +18,26 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
-from harness.runner.local import (
-    HEARTBEAT_EVERY_S,
+from harness.runner.backend import (
+    Executor,
+    Lease,
     Ledger,
     Progress,
+    RetryLedger,
     SilentProgress,
     claim_next,
     record,
+    renew_leases,
 )
 from harness.spec.schema import ResourcesSpec, SlurmSpec
 
@@ -55,17 +60,13 @@ class SlurmUnavailableError(RuntimeError):
     """submitit is not installed or no Slurm controller answers."""
 
 
-class RetryLedger(Ledger, Protocol):
-    def add_attempt(self, trial: PlannedTrial) -> None: ...
+@dataclass(kw_only=True)
+class Submitted(Lease):
+    """A trial submitted as a Slurm job. Its lease has no deadline: Slurm enforces the limit."""
 
-
-@dataclass
-class Submitted:
-    trial: PlannedTrial
     job: Any  # submitit.Job[TrialResult]
     executor: Any  # submitit.SlurmExecutor that submitted it (a resubmission reuses it)
     retries_left: int
-    last_heartbeat: float = field(default_factory=time.monotonic)
     missing_since: float | None = None
 
 
@@ -140,14 +141,33 @@ def slurm_trial(config: dict[str, Any], threads: int) -> TrialResult:
     return run_trial(config)
 
 
+def slurm_executor(
+    resources: ResourcesSpec | None = None, slurm: SlurmSpec | None = None
+) -> Executor:
+    """The Slurm backend as an `Executor` (raises `SlurmUnavailableError` when it runs)."""
+
+    def execute(
+        trials: Sequence[PlannedTrial],
+        ledger: RetryLedger,
+        progress: Progress,
+        stop: threading.Event | None,
+    ) -> dict[str, TrialResult]:
+        return run_slurm(trials, ledger, resources, slurm, progress, stop)
+
+    return execute
+
+
 def run_slurm(
     trials: Iterable[PlannedTrial],
     ledger: RetryLedger,
     resources: ResourcesSpec | None = None,
     slurm: SlurmSpec | None = None,
     progress: Progress | None = None,
+    stop: threading.Event | None = None,
 ) -> dict[str, TrialResult]:
-    """Run every trial the ledger lets this driver claim as Slurm jobs; returns results by key."""
+    """Run every trial the ledger lets this driver claim as Slurm jobs; returns results by key.
+    When `stop` is set (or the driver is interrupted), its jobs are cancelled and their claims
+    released."""
     submitit = import_submitit()
     resources = resources or ResourcesSpec()
     slurm = slurm or SlurmSpec()
@@ -159,19 +179,24 @@ def run_slurm(
     results: dict[str, TrialResult] = {}
     try:
         while pending or active:
+            if stop is not None and stop.is_set():
+                cancel(active, ledger)
+                break
             batch = claim_batch(pending, ledger, progress, slurm.array_parallelism - len(active))
             if batch:
                 executor = submitit.SlurmExecutor(folder=folder)
                 executor.update_parameters(**executor_parameters(batch[0], resources, slurm))
                 for trial, job in zip(batch, submit(executor, batch, threads), strict=True):
-                    active[job.job_id] = Submitted(trial, job, executor, slurm.max_retries)
+                    active[job.job_id] = Submitted(
+                        trial=trial, job=job, executor=executor, retries_left=slurm.max_retries
+                    )
                     progress.started(trial)
             collect(active, ledger, progress, results, threads)
-            keep_alive(active.values(), ledger)
+            renew_leases(active.values(), ledger)
             if active:
                 time.sleep(POLL_S)
     except BaseException:
-        cancel(active.values(), ledger)
+        cancel(active, ledger)
         raise
     return results
 
@@ -237,7 +262,7 @@ def job_result(job: Any) -> TrialResult:
         result: TrialResult = job.result()
         return result
     except Exception as error:  # submitit's FailedJobError carries the job's traceback
-        return TrialResult("failed", error=f"slurm job {job.job_id}: {error}")
+        return TrialResult(Status.FAILED, error=f"slurm job {job.job_id}: {error}")
 
 
 def lost_job(job_id: str, state: str, trial: PlannedTrial) -> TrialResult:
@@ -245,12 +270,14 @@ def lost_job(job_id: str, state: str, trial: PlannedTrial) -> TrialResult:
     if state in TIMEOUT_STATES:
         limit = float(trial.config["time_limit_s"])
         return TrialResult(
-            "timeout",
+            Status.TIMEOUT,
             error=f"slurm job {job_id} ran past its Slurm time limit (time_limit_s {limit:g} "
             "plus grace) and was killed",
         )
     hint = " (see `scancel`)" if state == "CANCELLED" else ""
-    return TrialResult("failed", error=f"slurm job {job_id} ended {state}{hint} without a result")
+    return TrialResult(
+        Status.FAILED, error=f"slurm job {job_id} ended {state}{hint} without a result"
+    )
 
 
 def job_states(job_ids: list[str]) -> dict[str, str]:
@@ -293,17 +320,9 @@ def waited_out(submitted: Submitted) -> bool:
     return now - submitted.missing_since > VANISHED_AFTER_S
 
 
-def keep_alive(active: Iterable[Submitted], ledger: Ledger) -> None:
-    """Heartbeat the claims in flight, queued or running, so their leases never lapse."""
-    now = time.monotonic()
-    for submitted in active:
-        if now - submitted.last_heartbeat > HEARTBEAT_EVERY_S:
-            ledger.heartbeat(submitted.trial)
-            submitted.last_heartbeat = now
-
-
-def cancel(active: Iterable[Submitted], ledger: Ledger) -> None:
+def cancel(active: dict[str, Submitted], ledger: Ledger) -> None:
     """The driver is stopping (Ctrl-C, SIGTERM): cancel its jobs and give their claims back."""
-    for submitted in active:
+    for submitted in active.values():
         submitted.job.cancel(check=False)
         ledger.release(submitted.trial)
+    active.clear()
