@@ -265,10 +265,29 @@ class TrackingSpec(StrictModel):
 
 
 class ResourcesSpec(StrictModel):
-    """What each trial asks a Ray cluster for; unset: 1 CPU, and 1 GPU when its device is CUDA."""
+    """What each trial asks a Ray or Slurm cluster for; unset: 1 CPU, 1 GPU when its device is
+    CUDA, and the cluster's default memory (Slurm rounds CPUs and GPUs up to whole ones)."""
 
     cpus: PositiveFloat | None = None
     gpus: NonNegativeFloat | None = None
+    memory_gb: PositiveFloat | None = None
+
+
+class SlurmSpec(StrictModel):
+    """How `--backend slurm` submits (sbatch options; the CLI's `--slurm-*` flags override).
+
+    `folder` holds each job's pickled trial, result and logs: on a filesystem the nodes share.
+    The Slurm time limit is `time_limit_s` plus `time_grace_s`, rounded up to whole minutes."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    array_parallelism: PositiveInt = 64  # trials of this driver queued or running at once
+    time_grace_s: NonNegativeFloat = 60.0
+    max_retries: NonNegativeInt = 1  # resubmissions after a node failure or preemption
+    folder: str = "slurm-jobs"
+    setup: list[str] = []  # shell lines run before each trial (module load, source a venv)
+    sbatch: dict[str, str | int | bool] = {}  # any other sbatch flag, e.g. {constraint: a100}
 
 
 class Suite(StrictModel):
@@ -290,6 +309,7 @@ class Suite(StrictModel):
     regression: RegressionSpec = RegressionSpec()
     tracking: TrackingSpec = TrackingSpec()
     resources: ResourcesSpec = ResourcesSpec()
+    slurm: SlurmSpec = SlurmSpec()
     plugins: list[str] = []
 
     @property
