@@ -95,6 +95,9 @@ class TrainSpec(StrictModel):
     divergence_factor: PositiveFloat = 5.0
     log_every: PositiveInt = 10
     diagnostics: bool = True  # layerwise statistics at every evaluation (SPEC 5.7)
+    compile: bool | Literal["auto"] = "auto"
+    """`torch.compile` (inductor) the training step's forward and backward; evaluation stays
+    eager. `auto`: on for CUDA, off on the CPU (the trial's config holds the resolved value)."""
 
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
