@@ -27,6 +27,7 @@ from harness.cache import DataMissingError
 from harness.core import Status
 from harness.diagnostics import StepProbe, diagnostic_inputs, hidden_state_stats
 from harness.env import cpu_model, git_commit, package_versions
+from harness.logs import detach_stream_handlers
 from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
 from harness.records import LayerStat, SeriesPoint, TrialResult
@@ -38,13 +39,15 @@ from harness.registry import (
     PretrainedModelEntry,
     TrainTaskEntry,
 )
-from harness.runner.plan import section
+from harness.runner.plan import section, trial_versions
 from harness.runner.posttrain import compress
 from harness.runner.warm import prebuilt_task
 from harness.spec.resolve import resolve_compile, resolve_precision
 from harness.spec.schema import TrialSettings
 from harness.tasks.base import Batch, Task
 from harness.tasks.corpora import ModelTokenizer
+
+detach_stream_handlers()  # torch's, attached at its import (the fork server imports this module)
 
 Report = Callable[[int, int, float], None]
 CALIBRATION_LENGTH = 128  # tokens per calibration window of a pretrained model
@@ -81,10 +84,12 @@ def autocast(device: torch.device, precision: str) -> AbstractContextManager[Any
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def environment(device: torch.device) -> dict[str, Any]:
-    """What a result depends on besides its config."""
+def environment(device: torch.device, config: dict[str, Any]) -> dict[str, Any]:
+    """What a result depends on besides its config (`method_versions`: the entry and method
+    library versions in its key, so `layerbench status` can say which one superseded it)."""
     return {
         **{f"{name}_version": value for name, value in package_versions().items()},
+        "method_versions": trial_versions(config),
         "python": platform.python_version(),
         "git_commit": git_commit(),
         "device": str(device),
@@ -297,7 +302,7 @@ def train_and_evaluate(
 ) -> dict[str, float]:
     """Train, then prune and quantize if the method says so, then the final evaluation."""
     trial = build(config, settings)
-    result.environment = environment(trial.device)
+    result.environment = environment(trial.device, config)
     train(trial, result, clock, report)
     compressed: dict[str, float] = {}
     if settings.prune is not None or settings.quantize is not None:
@@ -342,7 +347,7 @@ def evaluate_pretrained(
 ) -> dict[str, float]:
     """Load a pretrained model, prune and quantize it if asked, and evaluate it; no training."""
     device = resolve_device(settings.device)
-    result.environment = environment(device)
+    result.environment = environment(device, config)
     model_entry = MODELS.entry(config["model"]["type"])
     task_entry = TASKS.entry(config["task"]["type"])
     if not isinstance(model_entry, PretrainedModelEntry) or not isinstance(
@@ -397,6 +402,7 @@ def quiet_libraries() -> None:
     transformers_logging.set_verbosity_error()
     for name in ("lm_eval", "lm-eval", "datasets"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    detach_stream_handlers()  # torch's and transformers' own, attached at their import
 
 
 def die_with_parent() -> None:
