@@ -198,7 +198,9 @@ class NormTypeEntry(Entry[NormFactory]):
 
 @dataclass(frozen=True, kw_only=True)
 class OptimizerEntry(Entry[OptimizerFactory]):
-    pass
+    on_device: Callable[[dict[str, Any], bool], dict[str, Any]] | None = None
+    """Resolves the section's per-device `auto` values given whether the trial runs on a GPU;
+    planning stores the result in the trial config, so the key names the value that runs."""
 
 
 @dataclass(frozen=True, kw_only=True)
