@@ -127,6 +127,14 @@ def resolve_precision(precision: str, device: str, cuda: bool) -> str:
     return "bf16" if runs_on_cuda(device, cuda) else "fp32"
 
 
+def resolve_compile(compile: bool | str, device: str, cuda: bool) -> bool:
+    """`train.compile: auto` is on for a CUDA device and off on the CPU, where compiling takes
+    longer than the short trials it would speed up (docs/performance.md); others are kept."""
+    if compile != "auto":
+        return bool(compile)
+    return runs_on_cuda(device, cuda)
+
+
 def resolved_optimizer(optimizer: dict[str, Any], device: str, cuda: bool) -> dict[str, Any]:
     """A trial's optimizer section with its per-device `auto` values resolved for the trial's
     device by its entry's `on_device` hook (e.g. Muon's `ns_dtype`), so that the value that
