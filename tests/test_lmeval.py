@@ -21,8 +21,8 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 from harness.cache import DataMissingError
 from harness.models.pretrained import PretrainedSpec, load_pretrained
 from harness.tasks import bigbench
-from harness.tasks.corpora import ModelTokenizer, load_corpus
-from harness.tasks.lm import eval_windows, split_documents
+from harness.tasks.corpora import ModelTokenizer, load_corpus, split_documents
+from harness.tasks.lm import eval_windows
 from harness.tasks.lmeval import (
     LMEvalTask,
     LMEvalTaskSpec,

@@ -24,8 +24,9 @@ from harness.tasks.corpora import (
     Corpus,
     DataMissingError,
     load_corpus,
+    split_documents,
 )
-from harness.tasks.lm import LMTask, LMTaskSpec, eval_windows, split_documents
+from harness.tasks.lm import LMTask, LMTaskSpec, eval_windows
 from harness.tasks.synthetic import (
     IGNORE,
     ModularAddition,

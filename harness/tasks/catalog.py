@@ -24,6 +24,7 @@ from pydantic import (
 from harness.registry import SYNTHETIC_KINDS, TASKS, TOKENIZERS, EvalTaskEntry
 from harness.spec.schema import StrictModel
 from harness.tasks.corpora import check_corpus_name, load_corpus
+from harness.tasks.trivial import lm_trivial, synthetic_trivial
 
 
 def known_corpus(cls: type, corpus: str) -> str:
@@ -172,12 +173,19 @@ def perplexity_fingerprint(spec: PerplexityTaskSpec) -> str:
     return hashlib.sha256((load_corpus(spec.corpus).fingerprint() + OUTPUTS).encode()).hexdigest()
 
 
-TASKS.declare("lm", "harness.tasks.lm:LMTask", params=LMTaskSpec, fingerprint=corpus_fingerprint)
+TASKS.declare(
+    "lm",
+    "harness.tasks.lm:LMTask",
+    params=LMTaskSpec,
+    fingerprint=corpus_fingerprint,
+    trivial=lm_trivial,
+)
 TASKS.declare(
     "synthetic",
     "harness.tasks.synthetic:SyntheticTask",
     params=SyntheticTaskSpec,
     fingerprint=synthetic_fingerprint,
+    trivial=synthetic_trivial,
 )
 TASKS.declare(
     "lm-eval",
@@ -194,8 +202,14 @@ TASKS.declare(
     fingerprint=perplexity_fingerprint,
 )
 SYNTHETIC_KINDS.declare(
-    "modular-addition", "harness.tasks.synthetic:ModularAddition", params=ModularAdditionParams
+    "modular-addition",
+    "harness.tasks.synthetic:ModularAddition",
+    params=ModularAdditionParams,
+    classes=lambda params: params.modulus,
 )
 SYNTHETIC_KINDS.declare(
-    "poly-regression", "harness.tasks.synthetic:PolyRegression", params=PolyRegressionParams
+    "poly-regression",
+    "harness.tasks.synthetic:PolyRegression",
+    params=PolyRegressionParams,
+    classes=lambda params: params.n_bins,
 )

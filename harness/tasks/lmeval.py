@@ -31,13 +31,8 @@ from harness.tasks.catalog import (
     lm_eval_fingerprint,
     perplexity_fingerprint,
 )
-from harness.tasks.corpora import ModelTokenizer, Tokenizer, load_corpus
-from harness.tasks.lm import (
-    eval_windows,
-    model_device,
-    perplexity,
-    split_documents,
-)
+from harness.tasks.corpora import ModelTokenizer, Tokenizer, load_corpus, split_documents
+from harness.tasks.lm import eval_windows, model_device, perplexity
 
 CALIBRATION_CORPUS = "shakespeare"
 SKIP = {"alias", "sample_len"}
