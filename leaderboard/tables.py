@@ -12,7 +12,7 @@ from harness.ranking.table import values
 from harness.records import FAILED_STATUSES
 from leaderboard.data import RunInfo
 
-MARKS = {"better": "▲ better", "worse": "▼ worse", "tie": "= tie", "baseline": "baseline"}
+MARKS = {"better": "▲ better", "worse": "▼ worse", "n.s.": "n.s.", "baseline": "baseline"}
 STATUS_COLUMNS = ["family", "diverged", "failed", "n"]
 
 

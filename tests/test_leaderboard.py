@@ -39,7 +39,7 @@ rms: {norm: {type: rmsnorm}}
 lr-sweep: {extends: pre-ln, sweep: {optimizer.lr: [1.0e-3, 2.0e-3]}}
 """
 LOSS = {"pre-ln": 1.5, "post-ln": 1.6, "rms": 1.4, "lr-sweep": 1.45}
-MARKS = {"better": "▲ better", "worse": "▼ worse", "tie": "= tie", "baseline": "baseline"}
+MARKS = {"better": "▲ better", "worse": "▼ worse", "n.s.": "n.s.", "baseline": "baseline"}
 
 
 def tiny_result(trial: PlannedTrial) -> TrialResult:

@@ -20,7 +20,7 @@ the level before it; after a confirmed change the window restarts at the first f
 new level is the baseline, as asv's step detection segments a history). A seed whose tuned trial
 was done in the previous run and is diverged, failed or timed out now is a `status` alert,
 always counted as a regression. A suite's `expect` claim whose verdict (reproduced, contradicted,
-inconclusive, fragile: `harness.ranking.findings`) differs from the previous run's is a `verdict`
+inconclusive, flipped...: `harness.ranking.findings`) differs from the previous run's is a `verdict`
 alert, reported and not counted as a regression.
 """
 
@@ -307,7 +307,7 @@ def verdict_changes(
                 detail={
                     "claim": finding.claim,
                     "source": finding.source,
-                    "verdicts": [_verdict_text(old), _verdict_text(finding)],
+                    "verdicts": [old.verdict_text, finding.verdict_text],
                     "checks": [asdict(check) for check in finding.checks],
                     "previous_run": previous.run_id,
                     "packages_changed": changed_packages(previous.packages, current.packages),
@@ -315,11 +315,6 @@ def verdict_changes(
             )
         )
     return alerts
-
-
-def _verdict_text(finding: ClaimFinding) -> str:
-    flips = f" (flips on {', '.join(finding.flipped_by)})" if finding.flipped_by else ""
-    return finding.verdict + flips
 
 
 def changed_packages(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, list[str]]:

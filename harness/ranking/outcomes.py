@@ -4,8 +4,9 @@ Tuning (`rank.tuning`):
 
 - `per_method` (default): per (method, model, task), ONE sweep point is chosen, the one with the
   best mean over seeds of the tuning metric (`rank.tune_metric`), and every seed of that point is
-  reported. A failed seed is infinitely bad, so a point with fewer failed seeds always wins; among
-  points with as many, the better mean over the finished seeds wins; ties keep the first point.
+  reported. A diverged seed is infinitely bad, so a point with fewer diverged seeds always wins
+  (a crash or a timeout is not the method's fault and does not count); among points with as
+  many, the better mean over the finished seeds wins; ties keep the first point.
 - `per_seed`: per (method, model, task, seed), the point with the best value of the tuning
   metric. Optimistic: with the reported metric as the tuning metric, a method with more sweep
   points gains from noise alone.
@@ -22,11 +23,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
+from harness.records import FAILED_STATUSES
+
 Direction = Literal["min", "max"]
 Tuning = Literal["per_method", "per_seed"]
 
 DONE = "done"
-FAILED_LABELS = ("diverged", "failed", "timeout")
+DIVERGED = "diverged"
+"""A seed whose training diverged (or ended without a finite metric): it loses every comparison."""
+EXCLUDED_LABELS: tuple[str, ...] = FAILED_STATUSES
+"""Infrastructure failures (a crash, a time limit): never counted as a loss. `layerbench run
+--retry-failed` runs them again; until then a comparison uses the seeds both methods finished and
+shows how many it excluded."""
 
 
 class EvalPoint(NamedTuple):
@@ -91,10 +99,18 @@ def metric_value(outcome: TrialOutcome, metric: str) -> float | None:
 
 
 def failure_label(outcome: TrialOutcome, metric: str) -> str | None:
-    """Why the seed has no value: its status, or "failed" for a done trial without the metric."""
+    """Why the seed has no value: its status ("diverged", "failed", "timeout"); for a done
+    trial, "diverged" when the metric is not finite, "failed" when it is missing."""
     if metric_value(outcome, metric) is not None:
         return None
-    return outcome.status if outcome.status in FAILED_LABELS else "failed"
+    if outcome.status == DONE:
+        return "failed" if outcome.metrics.get(metric) is None else DIVERGED
+    return outcome.status if outcome.status in EXCLUDED_LABELS else DIVERGED
+
+
+def is_excluded(outcome: TrialOutcome, metric: str) -> bool:
+    """Whether the seed failed for a reason outside the method (`EXCLUDED_LABELS`)."""
+    return failure_label(outcome, metric) in EXCLUDED_LABELS
 
 
 def better(a: float, b: float, direction: Direction) -> bool:
@@ -134,13 +150,14 @@ def select_tuned(
 
 
 def _point_key(seeds: list[TrialOutcome], metric: str, direction: Direction) -> tuple[int, float]:
-    """Sort key of a sweep point: fewer failed seeds, then the better mean (min() keeps the
-    first of equal keys)."""
+    """Sort key of a sweep point: fewer diverged seeds (an excluded one does not count), then
+    the better mean (min() keeps the first of equal keys)."""
     values = [v for o in seeds if (v := metric_value(o, metric)) is not None]
+    diverged = sum(failure_label(o, metric) == DIVERGED for o in seeds)
     if not values:
-        return (len(seeds), math.inf)
+        return (diverged, math.inf)
     mean = sum(values) / len(values)
-    return (len(seeds) - len(values), mean if direction == "min" else -mean)
+    return (diverged, mean if direction == "min" else -mean)
 
 
 def _best_per_seed(

@@ -105,6 +105,20 @@ def stored_outcomes(
     return records
 
 
+def task_sections(engine: Engine, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Task name -> its section as one of these trials ran it (`config["task"]`); one config
+    read per task and chunk of keys."""
+    sections: dict[str, dict[str, Any]] = {}
+    with engine.connect() as connection:
+        for chunk in chunks(keys, OUTCOME_CHUNK):
+            firsts = select(func.min(Trial.id)).where(Trial.key.in_(chunk)).group_by(Trial.task)
+            rows = connection.execute(select(Trial.task, Trial.config).where(Trial.id.in_(firsts)))
+            for task, config in rows:
+                if isinstance(config, dict) and isinstance(config.get("task"), dict):
+                    sections.setdefault(task, config["task"])
+    return sections
+
+
 def metric_series(
     connection: Connection, trial_ids: list[int], name: str
 ) -> dict[int, list[tuple[int, float, float | None]]]:
