@@ -130,7 +130,9 @@ def prepare(config: dict[str, Any]) -> TrialSettings:
         importlib.import_module(module)
     seed_everything(config["seed"])
     settings = TrialSettings.model_validate(
+        # config["model"] is the resolved model section, not a method's model overrides
         {name: config[name] for name in TrialSettings.model_fields if name in config}
+        | {"model": {}}
     )
     precision = resolve_precision(settings.precision, settings.device, torch.cuda.is_available())
     return settings.model_copy(update={"precision": precision})
