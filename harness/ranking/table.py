@@ -238,7 +238,7 @@ FINDINGS_HEADER = [
 def _interval(low: float | None, high: float | None, level: float | None) -> str:
     if low is None or high is None or level is None:
         return EMPTY
-    return f"[{low:+.3g}, {high:+.3g}] ({level:.3g})"
+    return f"[{low:+.3g}, {high:+.3g}] ({100 * level:.3g}%)"
 
 
 def _check_cells(check: RecipeCheck, recipe: str) -> list[Cell]:
