@@ -29,17 +29,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal
 
 import numpy as np
 
+from harness.core import CellKey, Direction
 from harness.ranking.findings import Finding as ClaimFinding
 from harness.ranking.stats import finite_or_none, paired_test, t_ci
 from harness.records import DONE
 from harness.spec.schema import RegressionSpec
 
-Direction = Literal["min", "max"]
-Cell = tuple[str, str, str]  # (method, model, task)
+Cell = CellKey
 Key = tuple[str, str, str, str]  # (method, model, task, metric)
 CONFIRMED = ("regression", "improvement")
 STREAK_KINDS = ("regression", "suspected", "improvement")
@@ -163,7 +162,7 @@ def compare(
 
 
 def worse(delta: float, direction: Direction) -> bool:
-    return delta > 0 if direction == "min" else delta < 0
+    return direction.gain(delta) < 0
 
 
 def baseline(

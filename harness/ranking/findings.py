@@ -54,8 +54,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from harness.core import Direction, TrialOutcome
 from harness.ranking.groups import Group, build_group
-from harness.ranking.outcomes import Direction, TrialOutcome, Tuning, select_tuned
+from harness.ranking.outcomes import select_tuned
 from harness.ranking.stats import (
     finite_or_none,
     holm,
@@ -65,7 +66,7 @@ from harness.ranking.stats import (
     t_ci,
 )
 from harness.registry import METRICS
-from harness.spec.schema import Claim
+from harness.spec.schema import Claim, ClaimDirection, Tuning
 from harness.tasks.trivial import trivial_name
 
 Verdict = Literal["reproduced", "contradicted", "inconclusive", "not tested"]
@@ -162,7 +163,7 @@ class Finding:
     method: str
     than: str
     metric: str
-    direction: Literal["better", "worse", "tie"]
+    direction: ClaimDirection
     margin: float | None
     source: str
     note: str
@@ -308,9 +309,7 @@ def _levels(outcomes: list[TrialOutcome], trivial: TrivialLevels) -> dict[str, d
 def stays_at_trivial(values: np.ndarray, level: float, direction: Direction) -> np.ndarray:
     """Which finite values are not better than `level` by more than `TRIVIAL_MARGIN` of it."""
     slack = TRIVIAL_MARGIN * abs(level)
-    if direction == "min":
-        return np.asarray(values >= level - slack, dtype=bool)
-    return np.asarray(values <= level + slack, dtype=bool)
+    return np.asarray(direction.gain(values - level) <= slack, dtype=bool)
 
 
 def _checks(
@@ -366,9 +365,7 @@ def _pending(
     p = float(group.test(group.values[i], group.values[j])[0]) if n >= 2 else None
     delta = float(np.nanmean(diffs)) if n else None
     sd = float(row_stds(diffs)[0]) if n >= 2 else np.nan
-    favours = (
-        0 if delta is None or delta == 0 else (1 if (delta < 0) == (direction == "min") else -1)
-    )
+    favours = direction.sign(delta)
     excluded = 0
     if group.excluded is not None:
         excluded = int((group.excluded[i] | group.excluded[j]).sum())

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from harness.ranking.outcomes import Direction, Target, Tuning
-from harness.ranking.stats import CIMethod
+from harness.core import Direction
+from harness.ranking.outcomes import Target
+from harness.spec.schema import Aggregate, CIMethod, Tuning
 
 if TYPE_CHECKING:
     from harness.ranking.findings import Finding
@@ -14,7 +15,6 @@ if TYPE_CHECKING:
 Verdict = Literal["better", "worse", "n.s.", "baseline"]
 NOT_SIGNIFICANT: Verdict = "n.s."
 """A difference the test does not find significant: not a tie (a tie needs a margin, met)."""
-Aggregate = Literal["mean_win_rate", "performance_profile", "mean_rank", "normalized"]
 Unit = Literal["seeds", "examples"]
 
 

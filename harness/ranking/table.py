@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from harness.core import point_label
 from harness.ranking.records import Ranking, RankRow
 from harness.ranking.stats import CONFIDENCE_LEVEL
 
@@ -68,7 +69,7 @@ def ci_label(ranking: Ranking) -> str:
 
 
 def title(ranking: Ranking) -> str:
-    better = "lower" if ranking.direction == "min" else "higher"
+    better = ranking.direction.word
     target = ranking.target
     tuned = ranking.tune_metric or ranking.metric
     parts = [
@@ -122,8 +123,7 @@ def _median(median: float | None, low: float | None, high: float | None) -> Cell
 
 
 def _method(row: RankRow) -> Cell:
-    point = ",".join(f"{k}={v}" for k, v in (row.sweep or {}).items())
-    return Cell(row.method, f"{row.method} [{point}]" if point else row.method)
+    return Cell(row.method, point_label(row.method, row.sweep or {}, separator=" "))
 
 
 def _excluded(count: int) -> str:
