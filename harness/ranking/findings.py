@@ -39,6 +39,11 @@ Per recipe, over the seeds both methods finished (`harness.ranking.stats`):
   the other way (or lies outside a tie's margin) more seeds would not reproduce the claim, and
   the check says so (`needed_note`).
 
+With sequential seeds (`seeds: {initial, max, step}`), the interval, p-value and verdict of each
+tested check are instead the anytime-valid ones of `harness.ranking.sequential` (`decided_by =
+"sequential"`, the look record in `sequential`), valid however many looks the run took; a
+degenerate check is left out of it (not tested, no further seeds).
+
 A claim's verdict over its tested recipes: their common verdict; **flipped** when one recipe
 reproduces it and another contradicts it (significant in opposite directions); **recipe-
 dependent** when it is decided in one recipe and inconclusive in another (`differs_on` names
@@ -49,7 +54,7 @@ when every recipe is degenerate.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -57,6 +62,13 @@ import numpy as np
 from harness.core import Direction, TrialOutcome
 from harness.ranking.groups import Group, build_group
 from harness.ranking.outcomes import select_tuned
+from harness.ranking.sequential import (
+    CheckDecision,
+    CheckInput,
+    SequentialCheck,
+    decide,
+    summary,
+)
 from harness.ranking.stats import (
     finite_or_none,
     holm,
@@ -66,7 +78,7 @@ from harness.ranking.stats import (
     t_ci,
 )
 from harness.registry import METRICS
-from harness.spec.schema import Claim, ClaimDirection, Tuning
+from harness.spec.schema import Claim, ClaimDirection, SeedSchedule, Tuning
 from harness.tasks.trivial import trivial_name
 
 Verdict = Literal["reproduced", "contradicted", "inconclusive", "not tested"]
@@ -105,9 +117,11 @@ class RecipeCheck:
     """Holm-adjusted over the suite's directional checks; None for a tie or without a test."""
     seeds_needed: int | None
     verdict: Verdict
-    decided_by: Literal["test", "interval", "failures"] | None = None
+    decided_by: Literal["test", "interval", "failures", "sequential"] | None = None
     failed: tuple[int, int] = (0, 0)
     """Seeds (of method, of than) that diverged where the other finished."""
+    sequential: SequentialCheck | None = None
+    """With sequential seeds: n, looks, how it stopped, the interval's level, CPU seconds."""
     ci_level: float = 0.95
     p_raw: float | None = None
     """The unadjusted two-sided p-value."""
@@ -203,11 +217,18 @@ class Finding:
             asdict(c) | {"verdict_text": c.verdict_text, "annotation": c.annotation}
             for c in self.checks
         ]
-        return asdict(self) | {
+        found = asdict(self) | {
             "claim": self.claim,
             "verdict_text": self.verdict_text,
             "checks": checks,
         }
+        records = [c.sequential for c in self.checks if c.sequential is not None]
+        if records:  # sequential seeds only: the fixed design's JSON has no such keys
+            found["sequential"] = summary(records)
+        else:
+            for check in checks:
+                del check["sequential"]
+        return found
 
 
 def degenerate_pairs(found: Iterable[Finding]) -> set[tuple[str, str, str, str]]:
@@ -235,12 +256,13 @@ class _Pending:
     favours: int  # +1 the difference favours method, -1 than, 0 neither
     failures: tuple[int, int]
     sd: float  # of the paired differences; NaN below 2 pairs
-    diffs: np.ndarray  # the paired differences
+    diffs: np.ndarray  # the paired differences, in seed order
     excluded: int
     trivial: float | None
     at_trivial: tuple[int, int]
     finished: tuple[int, int]
     names: tuple[str, str]
+    cpu_s: float = 0.0  # wall seconds of both methods' trials of this recipe, every sweep point
 
     @property
     def degenerate(self) -> bool:
@@ -258,20 +280,24 @@ def findings(
     alpha: float = 0.05,
     models: Sequence[str] = (),
     trivial: TrivialLevels | None = None,
+    schedule: SeedSchedule | None = None,
 ) -> list[Finding]:
     """The verdict of each claim (see the module doc). `metric` is the default of claims that
     name none; `models` orders recipes of claims that list none (default: sorted); `trivial`
     gives each task's trivial predictor's values (a trial's own `trivial_name(metric)` result
-    takes precedence; without either, no check is degenerate)."""
+    takes precedence; without either, no check is degenerate); `schedule`: the suite's
+    sequential seeds, if any."""
     tune_metric = tune_metric or metric
     outcomes = list(outcomes)
     tuned = select_tuned(outcomes, tune_metric, METRICS.get(tune_metric).direction, tuning)
     levels = _levels(outcomes, trivial or {})
     pending = [
-        check
+        _with_cpu(check, claim, baseline, outcomes)
         for index, claim in enumerate(claims)
         for check in _checks(index, claim, tuned, baseline, metric, alpha, models, levels)
     ]
+    if schedule is not None:
+        return _sequential_findings(claims, pending, baseline, metric, alpha, schedule)
     family = [
         i
         for i, c in enumerate(pending)
@@ -294,6 +320,62 @@ def findings(
         )
         for index, claim in enumerate(claims)
     ]
+
+
+def _sequential_findings(
+    claims: Sequence[Claim],
+    pending: list[_Pending],
+    baseline: str | None,
+    metric: str,
+    alpha: float,
+    schedule: SeedSchedule,
+) -> list[Finding]:
+    """The findings under sequential seeds (`harness.ranking.sequential.decide`); degenerate
+    checks are not tested and take no part in it."""
+    tested = [i for i, c in enumerate(pending) if not c.degenerate]
+    inputs = [
+        CheckInput(
+            "tie" if claims[pending[i].claim].direction == "tie" else "directional",
+            pending[i].diffs,
+            claims[pending[i].claim].margin,
+            pending[i].cpu_s,
+        )
+        for i in tested
+    ]
+    decisions: dict[int, CheckDecision] = dict(
+        zip(
+            tested,
+            decide(inputs, alpha, schedule.initial, schedule.step, schedule.max),
+            strict=True,
+        )
+    )
+    checks = [
+        _decide(claims[c.claim], c, None, alpha, alpha, decisions.get(i))
+        for i, c in enumerate(pending)
+    ]
+    return [
+        _finding(
+            index,
+            claim,
+            baseline,
+            metric,
+            [c for c, p in zip(checks, pending, strict=True) if p.claim == index],
+        )
+        for index, claim in enumerate(claims)
+    ]
+
+
+def _with_cpu(
+    check: _Pending, claim: Claim, baseline: str | None, outcomes: list[TrialOutcome]
+) -> _Pending:
+    """The check with the wall seconds of its two methods' trials on its recipe."""
+    methods = {claim.method, claim.than or baseline}
+    spent = sum(
+        o.wall_time_s or 0.0
+        for o in outcomes
+        if o.method in methods and o.model == check.model and o.task == check.task
+    )
+    return replace(check, cpu_s=float(spent))
 
 
 def _levels(outcomes: list[TrialOutcome], trivial: TrivialLevels) -> dict[str, dict[str, float]]:
@@ -427,10 +509,15 @@ def _holm_interval(
 
 
 def _decide(
-    claim: Claim, check: _Pending, p: float | None, alpha: float, each: float
+    claim: Claim,
+    check: _Pending,
+    p: float | None,
+    alpha: float,
+    each: float,
+    sequential: CheckDecision | None = None,
 ) -> RecipeCheck:
     verdict: Verdict = "inconclusive"
-    decided_by: Literal["test", "interval", "failures"] | None = None
+    decided_by: Literal["test", "interval", "failures", "sequential"] | None = None
     own, other = check.failures
     expected = {"better": 1, "worse": -1, "tie": 0}[claim.direction]
     low, high = check.ci
@@ -442,6 +529,11 @@ def _decide(
         )
     elif check.degenerate:
         verdict = NOT_TESTED
+    elif sequential is not None:
+        decided_by = "sequential"
+        low, high = sequential.record.interval
+        p = sequential.record.p_anytime
+        verdict = _sequential_verdict(claim, sequential, check.favours)
     elif claim.direction == "tie" and low is not None and high is not None:
         margin = claim.margin or 0.0
         decided_by = "interval"
@@ -454,9 +546,11 @@ def _decide(
         if p < alpha and check.favours != 0:
             verdict = "reproduced" if check.favours == expected else "contradicted"
     needed, note = (
-        _seeds_needed(claim, check, alpha, each) if verdict == "inconclusive" else (None, None)
+        _seeds_needed(claim, check, alpha, each)
+        if verdict == "inconclusive" and sequential is None
+        else (None, None)
     )
-    holm_ci, holm_level = _holm_interval(check, p, alpha)
+    holm_ci, holm_level = (None, None) if sequential else _holm_interval(check, p, alpha)
     median = float(np.median(check.diffs)) if check.n else None
     sign_p, signs = sign_test(check.diffs)
     return RecipeCheck(
@@ -484,7 +578,19 @@ def _decide(
         finished=check.finished,
         needed_note=note,
         names=check.names,
+        sequential=sequential.record if sequential is not None else None,
     )
+
+
+def _sequential_verdict(claim: Claim, decision: CheckDecision, favours: int) -> Verdict:
+    """reproduced / contradicted from a decided sequential check (`favours`: the side the
+    difference favours, +1 method), else inconclusive."""
+    if decision.outcome is None:
+        return "inconclusive"
+    if claim.direction == "tie":
+        return "reproduced" if decision.outcome == "inside" else "contradicted"
+    expected = 1 if claim.direction == "better" else -1
+    return "reproduced" if favours == expected else "contradicted"
 
 
 def claim_verdict(checks: Sequence[RecipeCheck]) -> tuple[ClaimVerdict, list[str]]:

@@ -20,7 +20,8 @@ from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
 from harness.registry import TASKS, RegistryError, TrainTaskEntry
 from harness.spec.declaration import RankingDeclaration
-from harness.spec.schema import Claim, RankSpec, Suite
+from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
+from harness.store.coverage import unstored_notes
 from harness.store.nightly import latest_results
 from harness.store.queries import (
     example_outcomes,
@@ -32,6 +33,8 @@ from harness.store.queries import (
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+
+    from harness.records import PlannedTrial
 
 SUPERSEDED_UNKNOWN = (
     "no suite run recorded this suite's plan (a database older than this version): every "
@@ -51,12 +54,17 @@ class RankPlan:
     claims: tuple[Claim, ...] = ()
     models: tuple[str, ...] = ()
     """The suite's models in suite order: the recipes of claims that list none."""
+    unstored: tuple[str, ...] | None = None
+    """Why planned trials have no stored result (`harness.store.coverage.unstored_notes`); None
+    when not known (a recorded plan): `rank_suite` then states only their number."""
+    schedule: SeedSchedule | None = None
+    """The suite's sequential seeds, if any: claims get anytime-valid verdicts."""
     tasks: Mapping[str, Mapping[str, Any]] | None = None
     """The suite's task sections (their trivial predictors' levels); None: read them from the
     stored trials' configs."""
 
 
-def plan_of(suite: Suite, keys: list[str]) -> RankPlan:
+def plan_of(suite: Suite, keys: list[str], unstored: tuple[str, ...] | None = None) -> RankPlan:
     """What to rank of a suite file: its trials `keys` (as the runner plans them now)."""
     declared = RankingDeclaration.of_suite(suite)
     return RankPlan(
@@ -66,6 +74,8 @@ def plan_of(suite: Suite, keys: list[str]) -> RankPlan:
         spec=declared.rank,
         claims=declared.expect,
         models=declared.models,
+        unstored=unstored,
+        schedule=declared.schedule,
         tasks=dict(suite.tasks),
     )
 
@@ -90,6 +100,24 @@ def trivial_levels(tasks: Mapping[str, Mapping[str, Any]]) -> tuple[TrivialLevel
     return levels, warnings
 
 
+def planned(engine: Engine, suite: Suite, trials: list[PlannedTrial]) -> RankPlan:
+    """What to rank of a suite file planned as `trials`, with why some have no stored result."""
+    notes = tuple(unstored_notes(engine, trials))
+    return plan_of(suite, [trial.key for trial in trials], notes)
+
+
+def unstored_count_note(plan: RankPlan, found: int) -> list[str]:
+    """The line for a recorded plan's trials without a stored result (their reasons need the
+    suite file: `planned`)."""
+    absent = len(plan.keys) - found
+    if absent <= 0:
+        return []
+    return [
+        f"{absent} of {len(plan.keys)} planned trials have no stored result (not run, running, "
+        f"or interrupted): `layerbench rank` of the suite file says why"
+    ]
+
+
 def recorded(engine: Engine, suite: str) -> RankPlan:
     """The plan the suite's latest run recorded (every stored trial if no run recorded one)."""
     found = recorded_plan(engine, suite)
@@ -106,6 +134,7 @@ def recorded(engine: Engine, suite: str) -> RankPlan:
         warnings=warnings,
         claims=declared.expect,
         models=declared.models,
+        schedule=declared.schedule,
     )
 
 
@@ -169,9 +198,13 @@ def rank_suite(
     if not current_only:
         plan = replace(plan, keys=suite_keys(engine, plan.suite), warnings=())
     latest = nightly and current_only
-    outcomes = [o for o in plan_outcomes(engine, plan, latest) if keep is None or keep(o)]
+    loaded = plan_outcomes(engine, plan, latest)
+    outcomes = [o for o in loaded if keep is None or keep(o)]
     if not outcomes:
         return None
+    gaps = list(plan.unstored) if plan.unstored is not None else []
+    if plan.unstored is None and current_only:
+        gaps = unstored_count_note(plan, len(loaded))
     spec = plan.spec
     chosen = plan.baseline if baseline is UNSET else baseline
     if all_points:
@@ -198,7 +231,7 @@ def rank_suite(
         tasks = plan.tasks if plan.tasks is not None else task_sections(engine, plan.keys)
         levels, notes = trivial_levels(tasks)
         found = claim_findings(plan, outcomes, ranking.alpha, levels)
-    warnings = [*plan.warnings, *ranking.warnings, *notes]
+    warnings = [*gaps, *plan.warnings, *ranking.warnings, *notes]
     return replace(ranking, warnings=warnings, findings=found)
 
 
@@ -226,4 +259,5 @@ def claim_findings(
         alpha=spec.alpha if alpha is None else alpha,
         models=plan.models,
         trivial=trivial,
+        schedule=plan.schedule,
     )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.core import point_label
 from harness.ranking.records import Ranking, RankRow
+from harness.ranking.sequential import SEQUENTIAL_HEADER, describe, verdict_note
 from harness.ranking.stats import CONFIDENCE_LEVEL
 
 if TYPE_CHECKING:
@@ -246,7 +247,10 @@ def _check_cells(check: RecipeCheck, recipe: str) -> list[Cell]:
     holm_low, holm_high = check.holm_ci or (None, None)
     signs = f" ({check.signs[0]}/{check.signs[1]})"
     needed = EMPTY if check.seeds_needed is None else str(check.seeds_needed)
-    verdict = check.verdict_text + (f"; {check.annotation}" if check.annotation else "")
+    verdict = check.verdict_text
+    if note := verdict_note(check.sequential):
+        verdict += f" ({note})"
+    verdict += f"; {check.annotation}" if check.annotation else ""
     return [
         text(recipe),
         Cell(check.n, str(check.n) + (f" ({check.excluded} excluded)" if check.excluded else "")),
@@ -281,6 +285,13 @@ def findings_table(ranking: Ranking) -> Table | None:
     if not ranking.findings:
         return None
     rows = []
+    sequential = any(c.sequential for f in ranking.findings for c in f.checks)
+    title, header = findings_title(ranking), list(FINDINGS_HEADER)
+    if sequential:
+        title = f"Findings (expected claims; alpha {ranking.alpha:g}; {SEQUENTIAL_HEADER})"
+        header.insert(header.index("verdict"), "seeds used")
+        header[header.index("CI of Δ")] = "anytime interval of Δ"
+        header[header.index("p (Holm)")] = "anytime p (Holm)"
     for finding in ranking.findings:
         several = len({check.task for check in finding.checks}) > 1
         checks: list[RecipeCheck | None] = list(finding.checks) or [None]
@@ -292,14 +303,17 @@ def findings_table(ranking: Ranking) -> Table | None:
                 text(finding.source if lead else None),
             ]
             if check is None:
-                cells += [text(None)] * (len(FINDINGS_HEADER) - 4)
+                cells += [text(None)] * (len(header) - 4)
             else:
                 recipe = f"{check.model} on {check.task}" if several else check.model
                 cells += _check_cells(check, recipe)
+                if sequential:
+                    record = check.sequential
+                    cells.insert(-1, text(describe(record) if record else None))
             overall = Cell(finding.verdict, finding.verdict_text, finding.verdict)
             cells.append(overall if lead else text(None))
             rows.append(cells)
-    return Table(findings_title(ranking), FINDINGS_HEADER, [Section("", rows)])
+    return Table(title, header, [Section("", rows)])
 
 
 def tables(ranking: Ranking) -> list[Table]:
