@@ -25,7 +25,7 @@ from harness.ranking.findings import Finding, degenerate_pairs, findings
 from harness.runner.plan import plan_suite
 from harness.spec import SuiteError, load_suite
 from harness.spec.declaration import declared_ranking
-from harness.spec.schema import Claim
+from harness.spec.schema import Claim, SeedSchedule
 from harness.store.db import make_engine, upgrade
 from harness.store.models import SuiteRun
 from tests.helpers import ROOT, write_suite
@@ -233,6 +233,24 @@ def test_both_methods_at_the_trivial_predictor_is_not_tested() -> None:
     # without a trivial level the same numbers are tested (and the difference is significant)
     (untested,) = verdicts(found, claim(direction="worse"))
     assert untested.verdict != "not tested"
+
+
+def test_under_sequential_seeds_a_degenerate_claim_is_not_tested_and_stays_closed() -> None:
+    found = degenerate_outcomes(3.35, 3.351) + outcomes(CLEAR, model="b", method="peri-ln")
+    schedule = SeedSchedule(initial=3, max=12, step=3)
+    degenerate, clear = findings(
+        found,
+        [claim(direction="worse"), claim(method="peri-ln", direction="worse")],
+        baseline="pre-ln",
+        metric="val_loss",
+        trivial=TRIVIAL,
+        schedule=schedule,
+    )
+    (check,) = degenerate.checks
+    assert degenerate.verdict == "not tested" and check.sequential is None
+    assert check.p_value is None and check.seeds_needed is None
+    assert degenerate_pairs([degenerate, clear]) == {("post-ln", "pre-ln", "gpt", "lm")}
+    assert clear.checks[0].decided_by == "sequential"
 
 
 def test_a_trials_own_trivial_level_counts() -> None:
