@@ -1,5 +1,5 @@
 """Findings: `expect` claims in a suite, and their verdicts (reproduced, contradicted,
-inconclusive, fragile) from constructed outcomes."""
+inconclusive, not tested, flipped, recipe-dependent) from constructed outcomes."""
 
 from __future__ import annotations
 
