@@ -9,6 +9,10 @@ suites/findings/NAME.yaml <-> findings-NAME.db) it runs `layerbench rank` in eac
 a fixed width, json, csv, md), plus the extra metrics the results docs rank by, on a temporary
 COPY of the database (opening a database may upgrade its schema), and compares the text with the
 recorded one. Read-only ranking: a few seconds. tests/test_rank_snapshot.py runs the comparison.
+
+It ranks with an empty LayerBench cache, so the output does not depend on what this machine has
+installed: compression's 104 BIG-bench trials then show as "task data not installed" (their keys
+hold the data's fingerprint), on every machine alike.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import os
 import shutil
 import sys
 import tempfile
@@ -42,12 +47,26 @@ def suites() -> Iterator[tuple[Path, Path]]:
             yield path, DATA / f"findings-{path.stem}.db"
 
 
+@contextlib.contextmanager
+def empty_cache(scratch: str) -> Iterator[None]:
+    """LAYERBENCH_CACHE pointed at a new folder under `scratch` while ranking."""
+    before = os.environ.get("LAYERBENCH_CACHE")
+    os.environ["LAYERBENCH_CACHE"] = str(Path(scratch) / "cache")
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["LAYERBENCH_CACHE"]
+        else:
+            os.environ["LAYERBENCH_CACHE"] = before
+
+
 def outputs() -> dict[str, str]:
     """Snapshot file name -> the output of `layerbench rank`."""
     from harness.cli import app
 
     runner, found = CliRunner(), {}
-    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(ROOT):
+    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(ROOT), empty_cache(scratch):
         for suite, db in suites():
             copy = Path(scratch) / db.name
             shutil.copyfile(db, copy)
