@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from torch import Tensor
 
 from harness.diagnostics import StepProbe, hidden_state_stats, peak_activation
-from harness.models.gpt import GPT, GPTSpec, build_gpt, rope_tables
+from harness.models.gpt import GPT, rope_tables
 from harness.records import LayerStat, PlannedTrial, TrialResult
 from harness.runner.plan import plan_suite
 from harness.runner.trial import BuiltTrial, Clock, build, prepare, train
@@ -26,6 +26,7 @@ from harness.store.db import StoreLedger, open_database, suite_run
 from harness.store.models import LayerStatistic
 from harness.store.models import Trial as StoredTrial
 from harness.tracking import MLflowTracker
+from tests.factories import tiny_gpt
 
 pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
 
@@ -33,9 +34,7 @@ PER_LAYER = ["grad_norm", "update_ratio", "hidden_rms", "max_abs_activation", "b
 
 
 def small_gpt(placement: str) -> GPT:
-    torch.manual_seed(0)
-    spec = GPTSpec(n_layers=3, d_model=32, n_heads=4, max_seq_len=32)
-    return build_gpt(spec, NormSpec(placement=placement), 37)
+    return tiny_gpt(NormSpec(placement=placement), n_layers=3)
 
 
 def block_outputs(model: GPT, ids: Tensor) -> list[Tensor]:

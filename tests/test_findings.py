@@ -14,11 +14,8 @@ from PIL import Image
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
-from typer.testing import CliRunner
 
 from benchmarks.browser import chromium_path
-from benchmarks.fake_results import fake_result, store
-from harness.cli import app
 from harness.ranking.findings import Finding, findings
 from harness.ranking.outcomes import TrialOutcome
 from harness.ranking.suite import declared_ranking
@@ -27,9 +24,8 @@ from harness.spec import SuiteError, load_suite
 from harness.spec.schema import Claim
 from harness.store.db import make_engine, upgrade
 from harness.store.models import SuiteRun
-from tests.helpers import ROOT, write_suite
+from tests.factories import ROOT, fake_result, invoke, store, write_suite
 
-runner = CliRunner()
 METHODS = "pre-ln: {}\npost-ln: {norm: {placement: post}}"
 
 
@@ -62,7 +58,7 @@ def test_unknown_claim_method_is_located_with_a_suggestion(tmp_path: Path) -> No
         f"{path}:{line_of(path, 'post-lm')}: expect.0.method: "
         "unknown method 'post-lm'; did you mean 'post-ln'?"
     )
-    result = runner.invoke(app, ["validate", str(path)])
+    result = invoke("validate", str(path))
     assert result.exit_code == 2
     assert "unknown method 'post-lm'" in result.output
     assert "Traceback" not in result.output
@@ -114,7 +110,7 @@ def test_a_recipe_where_the_methods_never_meet_is_an_error(tmp_path: Path) -> No
 def test_shipped_findings_suites_are_valid() -> None:
     paths = sorted((ROOT / "suites" / "findings").glob("*.yaml"))
     assert len(paths) == 9
-    result = runner.invoke(app, ["validate", *map(str, paths)])
+    result = invoke("validate", *map(str, paths))
     assert result.exit_code == 0, result.output
     for path in paths:
         suite = load_suite(path)
@@ -235,15 +231,15 @@ def store_claims_suite(directory: Path) -> Path:
 
 def test_rank_adds_a_findings_block(tmp_path: Path) -> None:
     suite = store_claims_suite(tmp_path)
-    ranked = runner.invoke(app, ["rank", str(suite), "--format", "json"])
+    ranked = invoke("rank", str(suite), "--format", "json")
     assert ranked.exit_code == 0, ranked.output
     worse, better = json.loads(ranked.stdout)["findings"]
     assert (worse["verdict"], better["verdict"]) == ("reproduced", "contradicted")
     assert worse["checks"][0]["delta"] == pytest.approx(0.1, abs=0.03)
     assert worse["claim"] == "post-ln worse than pre-ln on val_loss"
-    table = runner.invoke(app, ["rank", str(suite)])
+    table = invoke("rank", str(suite))
     assert table.exit_code == 0 and "Findings" in table.output and "contradicted" in table.output
-    markdown = runner.invoke(app, ["rank", str(suite), "--format", "md"]).output
+    markdown = invoke("rank", str(suite), "--format", "md").output
     assert "### Findings" in markdown and "| arXiv:2002.04745, Fig. 3 |" in markdown
 
 
@@ -285,7 +281,7 @@ def test_report_writes_markdown_and_non_trivial_figures(tmp_path: Path) -> None:
         pytest.skip("Debian's chromium is not installed (`make chromium` installs it)")
     suite = store_claims_suite(tmp_path)
     out = tmp_path / "report"
-    done = runner.invoke(app, ["report", str(suite), "--out", str(out)])
+    done = invoke("report", str(suite), "--out", str(out))
     assert done.exit_code == 0, done.output
     text = (out / "report.md").read_text()
     assert "### Findings" in text and "## Figures" in text
@@ -298,7 +294,7 @@ def test_report_writes_markdown_and_non_trivial_figures(tmp_path: Path) -> None:
         with Image.open(path) as image:
             assert image.format == "PNG" and image.width >= 800 and image.height >= 150
             assert len(image.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 10  # not blank
-    other = runner.invoke(app, ["report", str(suite), "--out", str(out), "--metric", "train_loss"])
+    other = invoke("report", str(suite), "--out", str(out), "--metric", "train_loss")
     assert other.exit_code == 0, other.output
     assert "## train_loss (" in (out / "report.md").read_text()
 
@@ -317,7 +313,7 @@ def test_report_without_a_browser_is_one_clear_error(
 
     monkeypatch.setattr(pio, "write_images", no_browser)
     suite = store_claims_suite(tmp_path)
-    done = runner.invoke(app, ["report", str(suite), "--out", str(tmp_path / "out")])
+    done = invoke("report", str(suite), "--out", str(tmp_path / "out"))
     assert done.exit_code == 2, done.output
     assert "install Debian's chromium" in done.output and "Traceback" not in done.output
 
@@ -337,18 +333,18 @@ def test_report_draws_again_a_figure_kaleido_silently_dropped(
     monkeypatch.setattr(pio, "write_images", flaky)
     suite = store_claims_suite(tmp_path)
     out = tmp_path / "out"
-    done = runner.invoke(app, ["report", str(suite), "--out", str(out)])
+    done = invoke("report", str(suite), "--out", str(out))
     assert done.exit_code == 0, done.output
     assert calls[1] == 1 and len(calls) == 2  # only the dropped figure was drawn again
 
     monkeypatch.setattr(pio, "write_images", lambda *a, **k: None)  # never draws anything
-    done = runner.invoke(app, ["report", str(suite), "--out", str(out)])
+    done = invoke("report", str(suite), "--out", str(out))
     assert done.exit_code == 2 and "kaleido drew no image for" in done.output
     assert not list((out / "figures").glob("*.png"))  # the older report's images are gone
 
 
 def test_report_without_results_is_one_clear_error(tmp_path: Path) -> None:
     suite = claims_suite(tmp_path, "  - {method: post-ln, direction: worse, source: x}\n")
-    done = runner.invoke(app, ["report", str(suite), "--out", str(tmp_path / "out")])
+    done = invoke("report", str(suite), "--out", str(tmp_path / "out"))
     assert done.exit_code == 2
     assert "no stored results for suite 'tiny'" in done.output and "Traceback" not in done.output
