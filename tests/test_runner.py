@@ -18,7 +18,7 @@ from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.store.models import MetricPoint, Result, Trial
-from tests.factories import count, run_process, trials_by_key
+from tests.factories import count, invoke, run_process, trials_by_key
 
 pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
 
@@ -134,15 +134,6 @@ def result_names(url: str, trial_id: int) -> set[str]:
         return set(session.scalars(select(Result.name).where(Result.trial_id == trial_id)))
 
 
-def test_finished_suite_starts_no_trial(tiny_suite: Path, tmp_path: Path) -> None:
-    db = f"sqlite:///{tmp_path / 'again.db'}"
-    run_process("run", str(tiny_suite), "--db", db, "--no-mlflow", check=True)
-    first = {k: (t.attempts, t.ended_at) for k, t in trials_by_key(db).items()}
-    again = run_process("run", str(tiny_suite), "--db", db, "--no-mlflow", check=True)
-    assert "4 trials, 4 stored, 0 to run" in again.stdout
-    assert {k: (t.attempts, t.ended_at) for k, t in trials_by_key(db).items()} == first
-
-
 def test_two_runners_on_one_database_never_run_a_trial_twice(
     write_suite: Any, tmp_path: Path
 ) -> None:
@@ -162,13 +153,13 @@ def test_two_runners_on_one_database_never_run_a_trial_twice(
     assert ran == 6, outputs
 
 
-def test_results_land_in_postgresql_and_mlflow(
+def test_results_land_in_postgresql_and_mlflow_and_a_finished_suite_starts_no_trial(
     tiny_suite: Path, postgres_url: str, tmp_path: Path
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    done = run_process("run", str(tiny_suite), "--db", postgres_url)
-    assert done.returncode == 0, done.stderr
+    done = invoke("run", str(tiny_suite), "--db", postgres_url)
+    assert done.exit_code == 0, done.output
     stored = trials_by_key(postgres_url)
     assert len(stored) == 4 and all(t.status == "done" for t in stored.values())
     trial = next(iter(stored.values()))
@@ -186,6 +177,12 @@ def test_results_land_in_postgresql_and_mlflow(
         p.value for p in sorted(series(postgres_url, trial.id, "val_loss"), key=lambda p: p.step)
     ]
     assert runs[0].data.params["optimizer.name"] == "adamw"
+
+    first = {k: (t.attempts, t.ended_at) for k, t in stored.items()}
+    again = invoke("run", str(tiny_suite), "--db", postgres_url, "--no-mlflow")
+    assert again.exit_code == 0, again.output
+    assert "4 trials, 4 stored, 0 to run" in again.stdout
+    assert {k: (t.attempts, t.ended_at) for k, t in trials_by_key(postgres_url).items()} == first
 
 
 def series(url: str, trial_id: int, name: str) -> list[MetricPoint]:
