@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from harness.core import Status
 from harness.ranking import Ranking, RankRow
 from harness.ranking.findings import Finding
 from harness.ranking.render import to_markdown
@@ -66,9 +67,8 @@ def write_report(
     ranked by `metric` (default: the suite's); returns the markdown file."""
     ranking = rank_suite(engine, plan, metric=metric)
     if ranking is None:
-        raise ReportError(
-            f"no stored results for suite '{suite.suite}': run it with `layerbench run`"
-        )
+        why = "".join(f"\n{line}" for line in plan.unstored or ())
+        raise ReportError(f"no stored results for suite '{suite.suite}'{why}")
     figures = [f for group in groups(ranking) for f in group_figures(engine, ranking, *group)]
     if ranking.findings:
         figures.append(findings_figure(ranking.findings))
@@ -147,7 +147,7 @@ def pareto_figures(
     method_of: dict[str, str],
 ) -> list[Figure]:
     """The compression metric of each method (mean over its finished seeds) vs the ranked mean."""
-    done = {t["key"]: row.method for row in rows for t in row.trials if t["status"] == "done"}
+    done = {t["key"]: row.method for row in rows for t in row.trials if t["status"] == Status.DONE}
     finals = data.final_values(engine, list(done), PARETO_AXES)
     if finals.empty:
         return []

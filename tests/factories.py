@@ -27,9 +27,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
 from harness.cli import app
+from harness.core import TrialOutcome
 from harness.models.gpt import GPT, GPTSpec, build_gpt
-from harness.ranking import TrialOutcome
 from harness.records import LayerStat, PlannedTrial, SeriesPoint, Status, TrialResult
+from harness.spec.declaration import RankingDeclaration
 from harness.spec.schema import NormSpec
 from harness.store.db import finished, finite, result_rows, suite_run
 from harness.store.models import LayerStatistic, MetricPoint, Result, Trial
@@ -277,7 +278,7 @@ BULK_ROWS = 50_000
 def store_bulk(
     engine: Engine,
     results: Iterable[tuple[PlannedTrial, TrialResult]],
-    ranking: dict[str, Any] | None = None,
+    ranking: RankingDeclaration | None = None,
     cadence: str = "manual",
 ) -> int:
     """`store` for hundreds of thousands of trials: the same columns and values, written with

@@ -16,11 +16,11 @@ from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
 
 from benchmarks.browser import chromium_path
+from harness.core import TrialOutcome
 from harness.ranking.findings import Finding, findings
-from harness.ranking.outcomes import TrialOutcome
-from harness.ranking.suite import declared_ranking
 from harness.runner.plan import plan_suite
 from harness.spec import SuiteError, load_suite
+from harness.spec.declaration import declared_ranking
 from harness.spec.schema import Claim
 from harness.store.db import make_engine, upgrade
 from harness.store.models import SuiteRun
@@ -114,7 +114,7 @@ def test_shipped_findings_suites_are_valid() -> None:
     assert result.exit_code == 0, result.output
     for path in paths:
         suite = load_suite(path)
-        assert len(suite.seeds) >= 5 and suite.expect, path
+        assert len(suite.seed_list) >= 5 and suite.expect, path  # a list, or a schedule's max
 
 
 def outcomes(
@@ -247,7 +247,7 @@ def record_claims(suite: Path) -> None:
     """Record the suite's ranking (with its claims) on its stored run, as `layerbench run` does."""
     ranking = declared_ranking(load_suite(suite))
     with Session(make_engine(os.environ["LAYERBENCH_DB"])) as session, session.begin():
-        session.execute(update(SuiteRun).values(ranking=ranking))
+        session.execute(update(SuiteRun).values(ranking=ranking.stored()))
 
 
 def test_the_findings_page_shows_each_claims_verdict_and_links_to_compare(tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness.core import Direction
 from harness.ranking import TrialOutcome
+from harness.spec.declaration import RankingDeclaration
 from leaderboard.charts import HeatmapScale, curve_bands, layer_heatmap, pareto_front
 from leaderboard.filters import Selection, method_families, select
 from leaderboard.links import mlflow_run_url
@@ -137,9 +139,9 @@ def test_the_declared_baseline_is_the_default() -> None:
     from leaderboard.state import NO_BASELINE, baseline_index
 
     options = ["adamw", "muon", NO_BASELINE]
-    assert baseline_index({"baseline": "muon", "metric": "val_loss"}, options) == 1
-    assert baseline_index({"baseline": None, "metric": "val_loss"}, options) == 2
-    assert baseline_index({}, options) == 0
+    assert baseline_index(RankingDeclaration(baseline="muon"), options) == 1
+    assert baseline_index(RankingDeclaration(baseline=None), options) == 2
+    assert baseline_index(None, options) == 0
 
 
 def test_report_curves_plot_the_tuning_metric_when_the_ranked_one_has_no_series() -> None:
@@ -148,8 +150,8 @@ def test_report_curves_plot_the_tuning_metric_when_the_ranked_one_has_no_series(
     from harness.ranking import Ranking
     from leaderboard.report import curve_metric
 
-    held_out = Ranking("test_loss", "min", None, [], [], tune_metric="val_loss")
+    held_out = Ranking("test_loss", Direction.MIN, None, [], [], tune_metric="val_loss")
     assert curve_metric(held_out, ["bits_per_byte", "id_acc", "val_loss"]) == "val_loss"
     names = ["id_acc", "val_loss"]
-    assert curve_metric(Ranking("val_loss", "min", None, [], []), names) == "val_loss"
-    assert curve_metric(Ranking("acc", "max", None, [], []), names) == "id_acc"
+    assert curve_metric(Ranking("val_loss", Direction.MIN, None, [], []), names) == "val_loss"
+    assert curve_metric(Ranking("acc", Direction.MAX, None, [], []), names) == "id_acc"

@@ -10,8 +10,8 @@ nightly runs on the same host class. A change is *flagged* when all of these hol
    difference points the same way as the change (differences equal up to rounding: p = 0, or 1
    if they are all zero);
 3. it lies outside the window's mean +- z sigma, sigma the standard deviation of the window runs'
-   means (Conbench's lookback z-score; z = inf when the window has no spread and the change is
-   not zero).
+   means (Conbench's lookback z-score; z = inf when the window has no spread beyond float
+   rounding and the change is not zero).
 
 A flagged change is `suspected` until `confirm` consecutive runs are flagged the same way
 (PyTorch HUD's confirmation), then it is a `regression` (worse) or an `improvement` (better).
@@ -29,17 +29,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal
 
 import numpy as np
 
+from harness.core import CellKey, Direction
 from harness.ranking.findings import Finding as ClaimFinding
-from harness.ranking.stats import finite_or_none, paired_test, t_ci
+from harness.ranking.stats import ROUNDING, finite_or_none, paired_test, t_ci
 from harness.records import DONE
 from harness.spec.schema import RegressionSpec
 
-Direction = Literal["min", "max"]
-Cell = tuple[str, str, str]  # (method, model, task)
+Cell = CellKey
 Key = tuple[str, str, str, str]  # (method, model, task, metric)
 CONFIRMED = ("regression", "improvement")
 STREAK_KINDS = ("regression", "suspected", "improvement")
@@ -140,7 +139,7 @@ def compare(
     new_mean = float(np.mean(list(new.values())))
     delta = new_mean - window_mean
     p_value, paired_diff = paired_p(new, window[-1])
-    if window_sd > 0.0:
+    if window_sd > ROUNDING * abs(window_mean):
         z = delta / window_sd
     else:
         z = math.copysign(math.inf, delta) if delta != 0.0 else 0.0
@@ -163,7 +162,7 @@ def compare(
 
 
 def worse(delta: float, direction: Direction) -> bool:
-    return delta > 0 if direction == "min" else delta < 0
+    return direction.gain(delta) < 0
 
 
 def baseline(
@@ -307,7 +306,7 @@ def verdict_changes(
                 detail={
                     "claim": finding.claim,
                     "source": finding.source,
-                    "verdicts": [_verdict_text(old), _verdict_text(finding)],
+                    "verdicts": [old.verdict_text, finding.verdict_text],
                     "checks": [asdict(check) for check in finding.checks],
                     "previous_run": previous.run_id,
                     "packages_changed": changed_packages(previous.packages, current.packages),
@@ -315,11 +314,6 @@ def verdict_changes(
             )
         )
     return alerts
-
-
-def _verdict_text(finding: ClaimFinding) -> str:
-    flips = f" (flips on {', '.join(finding.flipped_by)})" if finding.flipped_by else ""
-    return finding.verdict + flips
 
 
 def changed_packages(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, list[str]]:

@@ -11,17 +11,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from harness.core import TrialOutcome
 from harness.ranking.examples import ExampleOutcomes
 from harness.ranking.findings import Finding, findings
-from harness.ranking.outcomes import Target, TrialOutcome, each_point
+from harness.ranking.outcomes import Target, each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
-from harness.spec.schema import Claim, RankSpec, Suite
+from harness.spec.declaration import RankingDeclaration
+from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
+from harness.store.coverage import unstored_notes
 from harness.store.nightly import latest_results
 from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+
+    from harness.records import PlannedTrial
 
 SUPERSEDED_UNKNOWN = (
     "no suite run recorded this suite's plan (a database older than this version): every "
@@ -41,41 +46,64 @@ class RankPlan:
     claims: tuple[Claim, ...] = ()
     models: tuple[str, ...] = ()
     """The suite's models in suite order: the recipes of claims that list none."""
+    unstored: tuple[str, ...] | None = None
+    """Why planned trials have no stored result (`harness.store.coverage.unstored_notes`); None
+    when not known (a recorded plan): `rank_suite` then states only their number."""
+    schedule: SeedSchedule | None = None
+    """The suite's sequential seeds, if any: claims get anytime-valid verdicts."""
 
 
-def plan_of(suite: Suite, keys: list[str]) -> RankPlan:
+def plan_of(suite: Suite, keys: list[str], unstored: tuple[str, ...] | None = None) -> RankPlan:
     """What to rank of a suite file: its trials `keys` (as the runner plans them now)."""
+    declared = RankingDeclaration.of_suite(suite)
     return RankPlan(
-        suite.suite, keys, suite.baseline, suite.rank, (), tuple(suite.expect), tuple(suite.models)
+        suite=suite.suite,
+        keys=keys,
+        baseline=declared.baseline,
+        spec=declared.rank,
+        claims=declared.expect,
+        models=declared.models,
+        unstored=unstored,
+        schedule=declared.schedule,
     )
 
 
-def declared_ranking(suite: Suite) -> dict[str, Any]:
-    """What a suite run records of how to rank the suite (read back by `recorded`): the
-    baseline, the `rank` section, the models in suite order and the `expect` claims."""
-    return {
-        "baseline": suite.baseline,
-        **suite.rank.model_dump(mode="json"),
-        "models": list(suite.models),
-        "expect": [claim.model_dump(mode="json") for claim in suite.expect],
-    }
+def planned(engine: Engine, suite: Suite, trials: list[PlannedTrial]) -> RankPlan:
+    """What to rank of a suite file planned as `trials`, with why some have no stored result."""
+    notes = tuple(unstored_notes(engine, trials))
+    return plan_of(suite, [trial.key for trial in trials], notes)
+
+
+def unstored_count_note(plan: RankPlan, found: int) -> list[str]:
+    """The line for a recorded plan's trials without a stored result (their reasons need the
+    suite file: `planned`)."""
+    absent = len(plan.keys) - found
+    if absent <= 0:
+        return []
+    return [
+        f"{absent} of {len(plan.keys)} planned trials have no stored result (not run, running, "
+        f"or interrupted): `layerbench rank` of the suite file says why"
+    ]
 
 
 def recorded(engine: Engine, suite: str) -> RankPlan:
     """The plan the suite's latest run recorded (every stored trial if no run recorded one)."""
     found = recorded_plan(engine, suite)
-    ranking, keys = found if found else ({}, None)
-    # fields of the `rank` section this version knows (a run of another version may differ)
-    spec = RankSpec.model_validate({k: v for k, v in ranking.items() if k in RankSpec.model_fields})
-    claims = tuple(
-        Claim.model_validate({k: v for k, v in claim.items() if k in Claim.model_fields})
-        for claim in ranking.get("expect", [])
-    )
-    models = tuple(ranking.get("models", ()))
+    declared, keys = found if found else (None, None)
+    declared = declared or RankingDeclaration()
     warnings: tuple[str, ...] = ()
     if keys is None:
         keys, warnings = suite_keys(engine, suite), (SUPERSEDED_UNKNOWN,)
-    return RankPlan(suite, keys, ranking.get("baseline"), spec, warnings, claims, models)
+    return RankPlan(
+        suite=suite,
+        keys=keys,
+        baseline=declared.baseline,
+        spec=declared.rank,
+        warnings=warnings,
+        claims=declared.expect,
+        models=declared.models,
+        schedule=declared.schedule,
+    )
 
 
 def plan_outcomes(engine: Engine, plan: RankPlan, nightly: bool) -> list[TrialOutcome]:
@@ -84,10 +112,8 @@ def plan_outcomes(engine: Engine, plan: RankPlan, nightly: bool) -> list[TrialOu
     target = plan.spec.target
     series = target.metric if target else None
     if nightly:
-        records = latest_results(engine, plan.suite, plan.keys, series)
-    else:
-        records = stored_outcomes(engine, plan.keys, series)
-    return [TrialOutcome(**record) for record in records]
+        return latest_results(engine, plan.suite, plan.keys, series)
+    return stored_outcomes(engine, plan.keys, series)
 
 
 def stored_examples(engine: Engine, keys: list[str]) -> ExampleOutcomes | None:
@@ -140,9 +166,13 @@ def rank_suite(
     if not current_only:
         plan = replace(plan, keys=suite_keys(engine, plan.suite), warnings=())
     latest = nightly and current_only
-    outcomes = [o for o in plan_outcomes(engine, plan, latest) if keep is None or keep(o)]
+    loaded = plan_outcomes(engine, plan, latest)
+    outcomes = [o for o in loaded if keep is None or keep(o)]
     if not outcomes:
         return None
+    gaps = list(plan.unstored) if plan.unstored is not None else []
+    if plan.unstored is None and current_only:
+        gaps = unstored_count_note(plan, len(loaded))
     spec = plan.spec
     chosen = plan.baseline if baseline is UNSET else baseline
     if all_points:
@@ -164,7 +194,8 @@ def rank_suite(
         examples=examples,
     )
     found = [] if all_points else claim_findings(plan, outcomes, ranking.alpha)
-    return replace(ranking, warnings=[*plan.warnings, *ranking.warnings], findings=found)
+    warnings = [*gaps, *plan.warnings, *ranking.warnings]
+    return replace(ranking, warnings=warnings, findings=found)
 
 
 def claim_findings(
@@ -184,4 +215,5 @@ def claim_findings(
         tuning=spec.tuning,
         alpha=spec.alpha if alpha is None else alpha,
         models=plan.models,
+        schedule=plan.schedule,
     )

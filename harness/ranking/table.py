@@ -9,7 +9,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from harness.core import point_label
 from harness.ranking.records import Ranking, RankRow
+from harness.ranking.sequential import SEQUENTIAL_HEADER, describe, verdict_note
 from harness.ranking.stats import CONFIDENCE_LEVEL
 
 if TYPE_CHECKING:
@@ -68,7 +70,7 @@ def ci_label(ranking: Ranking) -> str:
 
 
 def title(ranking: Ranking) -> str:
-    better = "lower" if ranking.direction == "min" else "higher"
+    better = ranking.direction.word
     target = ranking.target
     tuned = ranking.tune_metric or ranking.metric
     parts = [
@@ -122,8 +124,7 @@ def _median(median: float | None, low: float | None, high: float | None) -> Cell
 
 
 def _method(row: RankRow) -> Cell:
-    point = ",".join(f"{k}={v}" for k, v in (row.sweep or {}).items())
-    return Cell(row.method, f"{row.method} [{point}]" if point else row.method)
+    return Cell(row.method, point_label(row.method, row.sweep or {}, separator=" "))
 
 
 def row_cells(row: RankRow, ranking: Ranking) -> list[Cell]:
@@ -233,12 +234,9 @@ def findings_table(ranking: Ranking) -> Table | None:
     if not ranking.findings:
         return None
     rows = []
+    sequential = any(c.sequential for f in ranking.findings for c in f.checks)
     for finding in ranking.findings:
-        overall = finding.verdict
-        if finding.flipped_by:
-            overall_text = f"fragile (flips on {', '.join(finding.flipped_by)})"
-        else:
-            overall_text = overall
+        overall, overall_text = finding.verdict, finding.verdict_text
         several = len({check.task for check in finding.checks}) > 1
         checks: list[RecipeCheck | None] = list(finding.checks) or [None]
         for position, check in enumerate(checks):
@@ -249,7 +247,7 @@ def findings_table(ranking: Ranking) -> Table | None:
                 text(finding.source if lead else None),
             ]
             if check is None:
-                cells += [text(None)] * 7
+                cells += [text(None)] * (8 if sequential else 7)
             else:
                 recipe = f"{check.model} on {check.task}" if several else check.model
                 interval = (
@@ -258,6 +256,8 @@ def findings_table(ranking: Ranking) -> Table | None:
                     else EMPTY
                 )
                 verdict = check.verdict + (" (failures)" if check.decided_by == "failures" else "")
+                if note := verdict_note(check.sequential):
+                    verdict += f" ({note})"
                 cells += [
                     text(recipe),
                     Cell(check.n, str(check.n)),
@@ -270,13 +270,19 @@ def findings_table(ranking: Ranking) -> Table | None:
                     ),
                     Cell(check.verdict, verdict, check.verdict),
                 ]
+                if sequential:
+                    record = check.sequential
+                    cells.insert(-1, text(describe(record) if record else None))
             cells.append(Cell(overall, overall_text, overall) if lead else text(None))
             rows.append(cells)
-    return Table(
-        f"Findings (expected claims; alpha {ranking.alpha:g}, Holm over the directional claims)",
-        FINDINGS_HEADER,
-        [Section("", rows)],
-    )
+    title = f"Findings (expected claims; alpha {ranking.alpha:g}, Holm over the directional claims)"
+    header = list(FINDINGS_HEADER)
+    if sequential:
+        title = f"Findings (expected claims; alpha {ranking.alpha:g}; {SEQUENTIAL_HEADER})"
+        header.insert(header.index("verdict"), "seeds used")
+        header[header.index("95% CI of Δ")] = "anytime interval of Δ"
+        header[header.index("p (Holm)")] = "anytime p (Holm)"
+    return Table(title, header, [Section("", rows)])
 
 
 def tables(ranking: Ranking) -> list[Table]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from harness.core import point_label
 from leaderboard import data
 from leaderboard.charts import learning_curves
 from leaderboard.filters import select
@@ -41,9 +42,8 @@ def selected_trials(context: Context) -> pd.DataFrame:
 
 
 def label(row: pd.Series) -> str:
-    point = ",".join(f"{k}={v}" for k, v in row["sweep"].items())
-    sweep = f"[{point}]" if point else ""
-    return f"{row['method']}{sweep} / {row['model']} / {row['task']} / seed {row['seed']}"
+    point = point_label(row["method"], row["sweep"])
+    return f"{point} / {row['model']} / {row['task']} / seed {row['seed']}"
 
 
 LINK_COLUMNS = {
