@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.cli_startup [--repeats 5]
 
 Writes a 1,000-trial suite (the quickstart's model and task, 5 methods x 200 seeds) and a SQLite
-database holding a finished result for every one of its trials (`fake_results.store_bulk`, under
+database holding a finished result for every one of its trials (`tests.factories.store_bulk`, under
 the keys `plan` computes), both cached under /tmp. Then times, interleaved and as medians of
 fresh processes (wall time, end to end, as a user runs them):
 
@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from benchmarks.fake_results import fake_result, store_bulk
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.db import make_engine, upgrade
+from tests.factories import fake_result, store_bulk
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -4,7 +4,7 @@
 
 Generates the database once and caches it (default `/tmp/leaderboard-bench-<trials>.db`): 20
 methods x 5 tasks x `--seeds` seeds, with diverged and failed trials, series and layer statistics,
-written in bulk (`fake_results.store_bulk`). Then measures, as medians over the repeats:
+written in bulk (`tests.factories.store_bulk`). Then measures, as medians over the repeats:
 
 - read + rank: `harness.ranking.suite.rank_suite` on the suite's name, the one path the CLI and
   the leaderboard take (the recorded plan, the stored outcomes, the ranking);
@@ -31,12 +31,12 @@ import numpy as np
 from playwright.sync_api import Browser, expect, sync_playwright
 
 from benchmarks.browser import launch, open_leaderboard, serve
-from benchmarks.fake_results import fake_result, planned, store_bulk
 from harness.ranking import rank
 from harness.ranking.suite import plan_outcomes, rank_suite, recorded
 from harness.spec.declaration import RankingDeclaration
 from harness.store.db import make_engine, upgrade
 from leaderboard import data
+from tests.factories import fake_result, planned, store_bulk
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = "bench"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -177,6 +178,18 @@ class Registry(Generic[E]):
     def __contains__(self, name: object) -> bool:
         self._load()
         return isinstance(name, str) and name in self._entries
+
+    @contextmanager
+    def scoped(self) -> Iterator[Registry[E]]:
+        """Within the block, entries may be added (a plugin tried once, a test's stand-in); on
+        leaving it the registry holds again exactly the entries it held on entering."""
+        self._load()
+        saved = dict(self._entries)
+        try:
+            yield self
+        finally:
+            self._entries.clear()
+            self._entries.update(saved)
 
 
 # Each family's entry type: what its implementation is (the protocol) and its capabilities.

@@ -8,13 +8,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from sqlalchemy import create_engine, text
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from tests.helpers import (
+from tests.factories import (
     PG_ADMIN_URL,
     ROOT,
     byte_bpe_tokenizer,
+    invoke,
     scipy_percentile_ci,
     tiny_llama,
     write_suite,
@@ -24,13 +26,19 @@ from tests.helpers import (
 # address even when told 127.0.0.1; this Ray knob keeps every Ray of the tests on the loopback.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-# The helpers of tests/helpers.py as fixtures, for tests that take them as arguments.
+# Factories of tests/factories.py as fixtures, for tests that take them as arguments.
 
 
 @pytest.fixture(name="write_suite", scope="session")
 def write_suite_fixture() -> Callable[..., Path]:
     """`write_suite(directory, methods, steps=20, eval_every=10, extra="")`."""
     return write_suite
+
+
+@pytest.fixture(name="invoke", scope="session")
+def invoke_fixture() -> Callable[..., Result]:
+    """`invoke(*args)`: `layerbench ARGS` in this process (the tests' one CLI runner)."""
+    return invoke
 
 
 @pytest.fixture(name="tiny_llama", scope="session")

@@ -10,7 +10,7 @@ from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.spec.resolve import resolve_compile
-from tests.helpers import write_suite
+from tests.factories import write_suite
 
 TOLERANCE = 1e-5
 """Relative: inductor fuses and reorders float32 reductions, so losses differ in the last

@@ -34,8 +34,7 @@ import yaml
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
-from tests.helpers import PG_ADMIN_URL, ROOT, write_suite
-from tests.test_runner import layerbench, trials_by_key
+from tests.factories import PG_ADMIN_URL, ROOT, run_process, trials_by_key, write_suite
 
 DOCKER = ROOT / "docker"
 SCHEMA = ROOT / "tests" / "data" / "compose-spec.json"
@@ -311,7 +310,7 @@ def test_a_suite_logs_one_mlflow_run_per_trial_to_the_server_and_the_trial_page_
     uri, db = runner_env["MLFLOW_TRACKING_URI"], runner_env["LAYERBENCH_DB"]
     suite = write_suite(tmp_path, "pre-ln: {}", steps=10, eval_every=5)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    ran = layerbench("run", str(suite), "--db", db)
+    ran = run_process("run", str(suite), "--db", db)
     assert ran.returncode == 0, ran.stderr
     stored = trials_by_key(db)
     assert len(stored) == 2

@@ -6,7 +6,6 @@ import csv
 import os
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ from sqlalchemy.orm import Session
 from torch import Tensor
 
 from harness.diagnostics import StepProbe, hidden_state_stats, peak_activation
-from harness.models.gpt import GPT, GPTSpec, build_gpt, rope_tables
+from harness.models.gpt import GPT, rope_tables
 from harness.records import LayerStat, PlannedTrial, TrialResult
 from harness.runner.plan import plan_suite
 from harness.runner.trial import BuiltTrial, Clock, build, prepare, train
@@ -27,6 +26,7 @@ from harness.store.db import StoreLedger, open_database, suite_run
 from harness.store.models import LayerStatistic
 from harness.store.models import Trial as StoredTrial
 from harness.tracking import MLflowTracker
+from tests.factories import tiny_gpt, write_suite
 
 pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
 
@@ -34,9 +34,7 @@ PER_LAYER = ["grad_norm", "update_ratio", "hidden_rms", "max_abs_activation", "b
 
 
 def small_gpt(placement: str) -> GPT:
-    torch.manual_seed(0)
-    spec = GPTSpec(n_layers=3, d_model=32, n_heads=4, max_seq_len=32)
-    return build_gpt(spec, NormSpec(placement=placement), 37)
+    return tiny_gpt(NormSpec(placement=placement), n_layers=3)
 
 
 def block_outputs(model: GPT, ids: Tensor) -> list[Tensor]:
@@ -100,10 +98,26 @@ def test_probe_records_gradient_norms_and_update_ratios_per_block() -> None:
     assert probe.seconds > 0
 
 
-@pytest.fixture
-def tiny_trials(write_suite: Any, tmp_path: Path) -> list[PlannedTrial]:
-    suite = write_suite(tmp_path, "pre-ln: {}\nperi-ln: {norm: {placement: peri}}")
+@pytest.fixture(scope="module")
+def tiny_trials(tmp_path_factory: pytest.TempPathFactory) -> list[PlannedTrial]:
+    suite = write_suite(
+        tmp_path_factory.mktemp("suite"), "pre-ln: {}\nperi-ln: {norm: {placement: peri}}"
+    )
     return [t for t in plan_suite(load_suite(suite)) if t.seed == 0]
+
+
+@pytest.fixture(scope="module")
+def trained(
+    tiny_trials: list[PlannedTrial], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Engine, BuiltTrial, int]]:
+    """Each trial trained once for this module, in its own database: method -> (the database,
+    the built trial, its stored id)."""
+    folder = tmp_path_factory.mktemp("trained")
+    found = {}
+    for planned in tiny_trials:
+        engine = open_database(f"sqlite:///{folder / planned.method}.db")
+        found[planned.method] = (engine, *train_and_store(engine, planned))
+    return found
 
 
 def train_and_store(engine: Engine, planned: PlannedTrial) -> tuple[BuiltTrial, int]:
@@ -130,11 +144,10 @@ def stored(engine: Engine, trial_id: int) -> list[LayerStatistic]:
 
 
 def test_pre_and_peri_runs_store_hidden_rms_by_depth_equal_to_a_recomputation(
-    tiny_trials: list[PlannedTrial], tmp_path: Path
+    trained: dict[str, tuple[Engine, BuiltTrial, int]],
 ) -> None:
-    for planned in tiny_trials:
-        engine = open_database(f"sqlite:///{tmp_path / planned.method}.db")
-        trial, trial_id = train_and_store(engine, planned)
+    assert set(trained) == {"pre-ln", "peri-ln"}
+    for method, (engine, trial, trial_id) in trained.items():
         rows = stored(engine, trial_id)
         assert {r.step for r in rows} == {10, 20}  # every evaluation, the last one at the end
         for name in PER_LAYER:
@@ -143,14 +156,13 @@ def test_pre_and_peri_runs_store_hidden_rms_by_depth_equal_to_a_recomputation(
         final = sorted((r.layer, r.value) for r in rows if r.name == "hidden_rms" and r.step == 20)
         outputs = block_outputs(trial.model, trial.probe_inputs)[1:]
         recomputed = [out.pow(2).mean().sqrt().item() for out in outputs]
-        assert [value for _, value in final] == pytest.approx(recomputed, rel=1e-5), planned.method
+        assert [value for _, value in final] == pytest.approx(recomputed, rel=1e-5), method
 
 
 def test_layer_statistics_reach_mlflow_as_series_and_csv(
-    tiny_trials: list[PlannedTrial], tmp_path: Path
+    trained: dict[str, tuple[Engine, BuiltTrial, int]], tmp_path: Path
 ) -> None:
-    engine = open_database(f"sqlite:///{tmp_path / 'results.db'}")
-    _, trial_id = train_and_store(engine, tiny_trials[0])
+    engine, _, trial_id = trained["pre-ln"]
     tracker = MLflowTracker(engine, os.environ["MLFLOW_TRACKING_URI"])
     run_id = tracker.log_trial(trial_id)
     rows = stored(engine, trial_id)

@@ -22,8 +22,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from benchmarks.browser import chromium_path, launch, open_leaderboard
-from tests.helpers import PG_ADMIN_URL, ROOT, write_suite
-from tests.test_runner import trials_by_key
+from tests.factories import PG_ADMIN_URL, ROOT, trials_by_key, write_suite
 
 pytestmark = pytest.mark.slow
 

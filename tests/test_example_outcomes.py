@@ -20,7 +20,7 @@ from harness.store.db import StoreLedger, alembic_config, open_database, suite_r
 from harness.store.queries import example_outcomes
 from harness.tasks import bigbench
 from harness.tasks.base import weight_name
-from tests.helpers import byte_bpe_tokenizer, tiny_llama
+from tests.factories import byte_bpe_tokenizer, tiny_llama
 
 SUITE = """\
 suite: outcomes

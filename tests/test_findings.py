@@ -15,11 +15,8 @@ from PIL import Image
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
-from typer.testing import CliRunner
 
 from benchmarks.browser import chromium_path
-from benchmarks.fake_results import fake_result, store
-from harness.cli import app
 from harness.core import TrialOutcome
 from harness.ranking.findings import Finding, degenerate_pairs, findings
 from harness.runner.plan import plan_suite
@@ -28,9 +25,8 @@ from harness.spec.declaration import declared_ranking
 from harness.spec.schema import Claim, SeedSchedule
 from harness.store.db import make_engine, upgrade
 from harness.store.models import SuiteRun
-from tests.helpers import ROOT, write_suite
+from tests.factories import ROOT, fake_result, invoke, store, write_suite
 
-runner = CliRunner()
 METHODS = "pre-ln: {}\npost-ln: {norm: {placement: post}}"
 
 
@@ -63,7 +59,7 @@ def test_unknown_claim_method_is_located_with_a_suggestion(tmp_path: Path) -> No
         f"{path}:{line_of(path, 'post-lm')}: expect.0.method: "
         "unknown method 'post-lm'; did you mean 'post-ln'?"
     )
-    result = runner.invoke(app, ["validate", str(path)])
+    result = invoke("validate", str(path))
     assert result.exit_code == 2
     assert "unknown method 'post-lm'" in result.output
     assert "Traceback" not in result.output
@@ -115,7 +111,7 @@ def test_a_recipe_where_the_methods_never_meet_is_an_error(tmp_path: Path) -> No
 def test_shipped_findings_suites_are_valid() -> None:
     paths = sorted((ROOT / "suites" / "findings").glob("*.yaml"))
     assert len(paths) == 9
-    result = runner.invoke(app, ["validate", *map(str, paths)])
+    result = invoke("validate", *map(str, paths))
     assert result.exit_code == 0, result.output
     for path in paths:
         suite = load_suite(path)
@@ -376,15 +372,15 @@ def store_claims_suite(
 
 def test_rank_adds_a_findings_block(tmp_path: Path) -> None:
     suite = store_claims_suite(tmp_path)
-    ranked = runner.invoke(app, ["rank", str(suite), "--format", "json"])
+    ranked = invoke("rank", str(suite), "--format", "json")
     assert ranked.exit_code == 0, ranked.output
     worse, better = json.loads(ranked.stdout)["findings"]
     assert (worse["verdict"], better["verdict"]) == ("reproduced", "contradicted")
     assert worse["checks"][0]["delta"] == pytest.approx(0.1, abs=0.03)
     assert worse["claim"] == "post-ln worse than pre-ln on val_loss"
-    table = runner.invoke(app, ["rank", str(suite)])
+    table = invoke("rank", str(suite))
     assert table.exit_code == 0 and "Findings" in table.output and "contradicted" in table.output
-    markdown = runner.invoke(app, ["rank", str(suite), "--format", "md"]).output
+    markdown = invoke("rank", str(suite), "--format", "md").output
     assert "### Findings" in markdown and "| arXiv:2002.04745, Fig. 3 |" in markdown
 
 
@@ -394,10 +390,10 @@ UNTRAINED = {"pre-ln": 3.40, "post-ln": 3.41}
 
 
 def test_rank_says_not_tested_when_both_methods_stay_at_the_trivial_predictor(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     suite = store_claims_suite(tmp_path, UNTRAINED)
-    ranked = runner.invoke(app, ["rank", str(suite), "--format", "json"])
+    ranked = invoke("rank", str(suite), "--format", "json")
     assert ranked.exit_code == 0, ranked.output
     for finding in json.loads(ranked.stdout)["findings"]:
         assert finding["verdict"] == "not tested" and finding["verdict_text"] == DEGENERATE_TEXT
@@ -405,20 +401,21 @@ def test_rank_says_not_tested_when_both_methods_stay_at_the_trivial_predictor(
         assert check["p_value"] is None and check["seeds_needed"] is None
         assert check["trivial"] == pytest.approx(3.33, abs=0.01)
         assert check["at_trivial"] == [5, 5]
-    table = runner.invoke(app, ["rank", str(suite)], env={"COLUMNS": "400"})
+    monkeypatch.setenv("COLUMNS", "400")
+    table = invoke("rank", str(suite))
     assert table.exit_code == 0 and DEGENERATE_TEXT in " ".join(table.output.split())
-    markdown = runner.invoke(app, ["rank", str(suite), "--format", "md"]).output
+    markdown = invoke("rank", str(suite), "--format", "md").output
     assert f"| {DEGENERATE_TEXT} |" in markdown and "reproduced" not in markdown
 
 
 def test_one_method_at_the_trivial_predictor_keeps_the_verdict_annotated(tmp_path: Path) -> None:
     suite = store_claims_suite(tmp_path, {"pre-ln": 1.5, "post-ln": 3.41})
-    ranked = runner.invoke(app, ["rank", str(suite), "--format", "json"])
+    ranked = invoke("rank", str(suite), "--format", "json")
     worse, better = json.loads(ranked.stdout)["findings"]
     assert (worse["verdict"], better["verdict"]) == ("reproduced", "contradicted")
     note = "post-ln stays at the trivial predictor on 5 of 5 seeds"
     assert worse["checks"][0]["annotation"] == note
-    markdown = runner.invoke(app, ["rank", str(suite), "--format", "md"]).output
+    markdown = invoke("rank", str(suite), "--format", "md").output
     assert f"reproduced; {note}" in markdown
 
 
@@ -471,7 +468,7 @@ def test_report_writes_markdown_and_non_trivial_figures(tmp_path: Path) -> None:
         pytest.skip("Debian's chromium is not installed (`make chromium` installs it)")
     suite = store_claims_suite(tmp_path)
     out = tmp_path / "report"
-    done = runner.invoke(app, ["report", str(suite), "--out", str(out)])
+    done = invoke("report", str(suite), "--out", str(out))
     assert done.exit_code == 0, done.output
     text = (out / "report.md").read_text()
     assert "### Findings" in text and "## Figures" in text
@@ -484,7 +481,7 @@ def test_report_writes_markdown_and_non_trivial_figures(tmp_path: Path) -> None:
         with Image.open(path) as image:
             assert image.format == "PNG" and image.width >= 800 and image.height >= 150
             assert len(image.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 10  # not blank
-    other = runner.invoke(app, ["report", str(suite), "--out", str(out), "--metric", "train_loss"])
+    other = invoke("report", str(suite), "--out", str(out), "--metric", "train_loss")
     assert other.exit_code == 0, other.output
     assert "## train_loss (" in (out / "report.md").read_text()
 
@@ -503,7 +500,7 @@ def test_report_without_a_browser_is_one_clear_error(
 
     monkeypatch.setattr(pio, "write_images", no_browser)
     suite = store_claims_suite(tmp_path)
-    done = runner.invoke(app, ["report", str(suite), "--out", str(tmp_path / "out")])
+    done = invoke("report", str(suite), "--out", str(tmp_path / "out"))
     assert done.exit_code == 2, done.output
     assert "install Debian's chromium" in done.output and "Traceback" not in done.output
 
@@ -523,18 +520,18 @@ def test_report_draws_again_a_figure_kaleido_silently_dropped(
     monkeypatch.setattr(pio, "write_images", flaky)
     suite = store_claims_suite(tmp_path)
     out = tmp_path / "out"
-    done = runner.invoke(app, ["report", str(suite), "--out", str(out)])
+    done = invoke("report", str(suite), "--out", str(out))
     assert done.exit_code == 0, done.output
     assert calls[1] == 1 and len(calls) == 2  # only the dropped figure was drawn again
 
     monkeypatch.setattr(pio, "write_images", lambda *a, **k: None)  # never draws anything
-    done = runner.invoke(app, ["report", str(suite), "--out", str(out)])
+    done = invoke("report", str(suite), "--out", str(out))
     assert done.exit_code == 2 and "kaleido drew no image for" in done.output
     assert not list((out / "figures").glob("*.png"))  # the older report's images are gone
 
 
 def test_report_without_results_is_one_clear_error(tmp_path: Path) -> None:
     suite = claims_suite(tmp_path, "  - {method: post-ln, direction: worse, source: x}\n")
-    done = runner.invoke(app, ["report", str(suite), "--out", str(tmp_path / "out")])
+    done = invoke("report", str(suite), "--out", str(tmp_path / "out"))
     assert done.exit_code == 2
     assert "no stored results for suite 'tiny'" in done.output and "Traceback" not in done.output

@@ -13,9 +13,8 @@ from typing import Any
 import yaml
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from harness.cli import app
+from tests.factories import invoke
 
 DEFAULT_EXAMPLES = 40
 EXAMPLES = int(os.environ.get("LAYERBENCH_FUZZ_EXAMPLES", DEFAULT_EXAMPLES))
@@ -46,7 +45,6 @@ baseline: pre
 rank: {metric: val_loss, aggregate: mean_win_rate}
 """
 )
-runner = CliRunner()
 ERROR_LINE = re.compile(r"^error: (?P<file>.+?):(?P<line>\d+): ")
 
 scalars = st.one_of(
@@ -123,7 +121,7 @@ def mutated_text(draw: st.DrawFn) -> str:
 
 def check_validate(path: Path) -> None:
     """`layerbench validate`: exit 0, or exit 2 with every error at file:line; no traceback."""
-    result = runner.invoke(app, ["validate", str(path)])
+    result = invoke("validate", str(path))
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     assert result.exit_code in (0, 2), result.output
@@ -157,4 +155,4 @@ def test_every_mutated_suite_validates_or_is_located(tmp_path: Path, text: str) 
 def test_the_unmutated_suite_is_valid(tmp_path: Path) -> None:
     path = tmp_path / "fuzz.yaml"
     path.write_text(yaml.safe_dump(BASE))
-    assert runner.invoke(app, ["validate", str(path)]).exit_code == 0
+    assert invoke("validate", str(path)).exit_code == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +16,16 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from harness.methods.placement import PostNorm, PreNorm
 from harness.models.gpt import GPT, GPTConfig, GPTSpec, apply_rope, build_gpt, rope_tables
-from harness.registry import MODELS, NORM_TYPES, NormTypeEntry, UnknownNameError
+from harness.registry import MODELS, NORM_TYPES, UnknownNameError
 from harness.spec.schema import NormSpec, ParamsModel
+from tests.factories import tiny_gpt
 
 VOCAB, BATCH, SEQ = 37, 2, 12
 SMALL = {"n_layers": 2, "d_model": 32, "n_heads": 4, "max_seq_len": 32}
 
 
 def gpt(norm: NormSpec | None = None, **fields: Any) -> GPT:
-    torch.manual_seed(0)
-    spec = GPTSpec(**{**SMALL, **fields})
-    return build_gpt(spec, norm or NormSpec(), VOCAB).eval()
+    return tiny_gpt(norm, VOCAB, **{**SMALL, **fields}).eval()
 
 
 @pytest.fixture
@@ -215,13 +215,11 @@ def scaled_norm(dim: int, role: str, eps: float, scale: float) -> nn.Module:
 
 
 @pytest.fixture
-def scaled_type(monkeypatch: pytest.MonkeyPatch) -> str:
-    assert "scaled" not in NORM_TYPES  # also loads the built-in types before patching
-    entry = NormTypeEntry(
-        name="scaled", family=NORM_TYPES.family, target=scaled_norm, params=ScaledParams
-    )
-    monkeypatch.setitem(NORM_TYPES._entries, "scaled", entry)
-    return "scaled"
+def scaled_type() -> Iterator[str]:
+    with NORM_TYPES.scoped():
+        NORM_TYPES.add("scaled", scaled_norm, params=ScaledParams)
+        yield "scaled"
+    assert "scaled" not in NORM_TYPES
 
 
 def test_norm_fields_reach_the_norm_factory(scaled_type: str) -> None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.factories import ROOT
 
 
 def test_no_module_imports_a_layer_above_it() -> None:

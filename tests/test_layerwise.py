@@ -12,16 +12,15 @@ from torch import nn
 
 from harness.methods.optimizers import make_optimizer
 from harness.methods.param_roles import model_layers
-from harness.models.gpt import GPTSpec, build_gpt
 from harness.registry import LAYERWISE, SCHEDULES
 from harness.spec import SuiteError, load_suite
-from harness.spec.schema import NormSpec, OptimizerSpec
+from harness.spec.schema import OptimizerSpec
+from tests import factories
 
 
 def tiny_gpt(n_layers: int = 4, **spec: object) -> nn.Module:
-    torch.manual_seed(0)
     settings = {"n_layers": n_layers, "d_model": 16, "n_heads": 2, "max_seq_len": 16} | spec
-    return build_gpt(GPTSpec(**settings), NormSpec(), vocab_size=32)
+    return factories.tiny_gpt(vocab_size=32, **settings)
 
 
 def step(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> dict[int, torch.Tensor]:

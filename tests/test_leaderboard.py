@@ -16,21 +16,17 @@ from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
-from typer.testing import CliRunner
 
-from benchmarks.fake_results import fake_result, planned, store
-from harness.cli import app as cli
 from harness.records import PlannedTrial, TrialResult
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.db import make_engine, open_database, upgrade
 from harness.store.models import Result, Trial
 from leaderboard.state import engine as app_engine
-from tests.helpers import write_suite
+from tests.factories import ROOT, fake_result, invoke, planned, store, write_suite
 
 pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
 
-ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "leaderboard" / "app.py"
 METHODS = """
 pre-ln: {}
@@ -88,7 +84,7 @@ def records(frame: pd.DataFrame, columns: list[str]) -> list[list[Any]]:
 
 
 def test_ranked_table_equals_layerbench_rank_json(tiny_suite_db: Path) -> None:
-    ranked = CliRunner().invoke(cli, ["rank", str(tiny_suite_db), "--format", "json"])
+    ranked = invoke("rank", str(tiny_suite_db), "--format", "json")
     assert ranked.exit_code == 0, ranked.output
     expected = json.loads(ranked.stdout)
     groups, overall = expected["tables"]

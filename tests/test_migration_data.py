@@ -9,13 +9,12 @@ import pytest
 from alembic import command
 from sqlalchemy import Engine, MetaData, create_engine, insert, select
 
-from benchmarks.fake_results import fake_result, store
 from harness.cli import build_ranking
 from harness.ranking import format_ranking
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.db import alembic_config, make_engine, open_database, upgrade
-from tests.helpers import write_suite
+from tests.factories import fake_result, store, write_suite
 
 METHODS = "pre-ln: {}\npost-ln: {norm: {placement: post}}\nrms: {norm: {type: rmsnorm}}"
 

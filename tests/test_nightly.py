@@ -17,10 +17,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 from sqlalchemy import Engine
-from typer.testing import CliRunner
 
-from benchmarks.fake_results import fake_result
-from harness.cli import app as cli
 from harness.core import Direction
 from harness.nightly.detect import RunValues, detect, t_interval
 from harness.nightly.report import build_report, markdown, notify, write_report
@@ -38,6 +35,7 @@ from harness.store.nightly import (
     latest_results,
     stored_alerts,
 )
+from tests.factories import fake_result, invoke
 
 SUITE = """\
 suite: tiny
@@ -308,14 +306,13 @@ def test_alerts_are_listed_and_acknowledged(engine: Engine, suite_path: Path) ->
     for values in (steady(), steady(), steady({"a": 0.4})):
         outcome = night(engine, suite_path, values)
     (alert,) = outcome.alerts
-    runner = CliRunner()
-    listed = runner.invoke(cli, ["alerts"])
+    listed = invoke("alerts")
     assert listed.exit_code == 0
     assert f"#{alert.id}" in listed.output and "suspected" in listed.output
-    assert runner.invoke(cli, ["alerts", "--ack", str(alert.id)]).exit_code == 0
-    assert "no alerts to acknowledge" in runner.invoke(cli, ["alerts"]).output
-    assert "(acknowledged)" in runner.invoke(cli, ["alerts", "--all"]).output
-    missing = runner.invoke(cli, ["alerts", "--ack", "999"])
+    assert invoke("alerts", "--ack", str(alert.id)).exit_code == 0
+    assert "no alerts to acknowledge" in invoke("alerts").output
+    assert "(acknowledged)" in invoke("alerts", "--all").output
+    missing = invoke("alerts", "--ack", "999")
     assert missing.exit_code == 2 and "no alert #999" in missing.output
     assert stored_alerts(engine)[0].acknowledged
 
@@ -332,10 +329,9 @@ def test_rank_reads_the_latest_nightly_run(engine: Engine, suite_path: Path) -> 
 
 
 def test_nightly_cli_errors_are_one_line(tmp_path: Path) -> None:
-    runner = CliRunner()
-    none = runner.invoke(cli, ["nightly", str(tmp_path)])
+    none = invoke("nightly", str(tmp_path))
     assert none.exit_code == 2 and "has `cadence: nightly`" in none.output
-    bad = runner.invoke(cli, ["schedule", "--cron", "61 * * * *", str(tmp_path)])
+    bad = invoke("schedule", "--cron", "61 * * * *", str(tmp_path))
     assert bad.exit_code == 2 and "is not a cron expression" in bad.output
     with pytest.raises(CronError):
         check_cron("every night")

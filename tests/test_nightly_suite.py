@@ -14,10 +14,9 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
-from typer.testing import CliRunner
 
-from harness.cli import app as cli
 from harness.store.models import Result, SuiteRun, Trial
+from tests.factories import invoke
 
 SUITE = """\
 suite: tiny-nightly
@@ -51,7 +50,7 @@ def write(directory: Path, steps: int = 20, **methods: str) -> None:
 
 def nightly(directory: Path, reports: Path) -> tuple[int, dict]:
     args = ["nightly", str(directory), "--no-mlflow", "--workers", "2", "--reports", str(reports)]
-    result = CliRunner().invoke(cli, args)
+    result = invoke(*args)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     (report,) = reports.glob("nightly-*.json")
     return result.exit_code, json.loads(report.read_text())

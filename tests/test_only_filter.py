@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from harness.cli import app
 from harness.runner.plan import PlannedTrial, SelectionError, select_trials
+from tests.factories import invoke
 
 MODELS = ("gpt-12l", "gpt-12l-untied")
 
@@ -52,7 +51,7 @@ def test_only_rejects_unknown_names_and_bad_filters(only: str, message: str) -> 
 
 
 def test_run_with_an_unknown_only_name_exits_2_without_a_traceback(tiny_suite: Path) -> None:
-    result = CliRunner().invoke(app, ["run", str(tiny_suite), "--only", "method=pre-lnn"])
+    result = invoke("run", str(tiny_suite), "--only", "method=pre-lnn")
     assert result.exit_code == 2, result.output
     assert "unknown method 'pre-lnn' (did you mean" in result.output
     assert "Traceback" not in result.output

@@ -18,19 +18,18 @@ from harness.methods.optimizers import (
     sr_sinkhorn,
 )
 from harness.methods.param_roles import model_layers
-from harness.models.gpt import GPTSpec, build_gpt
 from harness.registry import OPTIMIZERS, SCHEDULES
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.spec.resolve import resolved_optimizer
 from harness.spec.schema import NormSpec, OptimizerSpec
-from tests.helpers import write_suite
+from tests import factories
+from tests.factories import write_suite
 
 
 def tiny_gpt(norm: str = "layernorm", **spec: object) -> nn.Module:
-    torch.manual_seed(0)
     settings = {"n_layers": 2, "d_model": 16, "n_heads": 2, "max_seq_len": 16} | spec
-    return build_gpt(GPTSpec(**settings), NormSpec(type=norm), vocab_size=32)
+    return factories.tiny_gpt(NormSpec(type=norm), vocab_size=32, **settings)
 
 
 def backward(model: nn.Module, seed: int = 0) -> None:

@@ -14,14 +14,13 @@ from torch import nn
 from harness.models.gpt import GPT, GPTSpec, build_gpt
 from harness.registry import NORM_PLACEMENTS
 from harness.spec.schema import NormSpec
+from tests.factories import tiny_gpt
 
 VOCAB = 37
 
 
 def small_gpt(norm: NormSpec, **fields: Any) -> GPT:
-    torch.manual_seed(0)
-    spec = GPTSpec(**{"n_layers": 2, "d_model": 32, "n_heads": 4, "max_seq_len": 32, **fields})
-    return build_gpt(spec, norm, VOCAB).eval()
+    return tiny_gpt(norm, VOCAB, **fields).eval()
 
 
 def test_peri_ln_normalizes_the_embeddings_by_default() -> None:

@@ -4,6 +4,7 @@ registered from a suite's `plugins:`, and this one test."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,13 @@ PLUGIN = "plugins: [tests.plugins.meannorm]\n"
 
 
 @pytest.fixture(autouse=True)
-def plugin_registered_for_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test imports the plugin afresh into a copy of the norm registry, so the rest of the
+def plugin_registered_for_this_test_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test imports the plugin afresh into a scope of the norm registry, so the rest of the
     session (which lists the registry whole) never sees `meannorm`."""
-    monkeypatch.setattr(NORM_TYPES, "_entries", dict(NORM_TYPES._entries))
     monkeypatch.delitem(sys.modules, "tests.plugins.meannorm", raising=False)
+    with NORM_TYPES.scoped():
+        yield
+    assert "meannorm" not in NORM_TYPES
 
 
 @pytest.mark.slow

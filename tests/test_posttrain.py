@@ -18,7 +18,7 @@ from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import SuiteError, load_suite
 from harness.store.models import Trial
-from tests.helpers import byte_bpe_tokenizer, tiny_llama
+from tests.factories import byte_bpe_tokenizer, tiny_llama
 
 pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
 

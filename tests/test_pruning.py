@@ -18,6 +18,7 @@ from harness.methods.pruning import PruneContext, gate_norm, layers_to_remove, p
 from harness.models.gpt import GPTSpec, build_gpt
 from harness.registry import PRUNING
 from harness.spec.schema import NormSpec, PruneSpec
+from tests.factories import tiny_gpt
 
 VOCAB, LAYERS, D_MODEL = 48, 5, 32
 
@@ -37,9 +38,8 @@ def llama(layers: int = LAYERS) -> LlamaForCausalLM:
 
 
 def gpt(layers: int = LAYERS, placement: str = "pre") -> nn.Module:
-    torch.manual_seed(0)
-    spec = GPTSpec(n_layers=layers, d_model=D_MODEL, n_heads=4, n_kv_heads=2, max_seq_len=64)
-    return build_gpt(spec, NormSpec(placement=placement), VOCAB).eval()
+    spec = {"n_layers": layers, "d_model": D_MODEL, "n_kv_heads": 2, "max_seq_len": 64}
+    return tiny_gpt(NormSpec(placement=placement), VOCAB, **spec).eval()
 
 
 MODELS: dict[str, Callable[..., nn.Module]] = {"llama": llama, "gpt": gpt}

@@ -24,11 +24,10 @@ from harness.methods.quantization import (
     quantize_model,
     with_hidden,
 )
-from harness.models.gpt import GPTSpec, build_gpt
 from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
 from harness.spec import SuiteError, load_suite
-from harness.spec.schema import NormSpec, QuantizeSpec
-from tests.helpers import ROOT, tiny_llama, write_suite
+from harness.spec.schema import QuantizeSpec
+from tests.factories import ROOT, tiny_gpt, tiny_llama, write_suite
 
 VOCAB = 40
 # Per block: q, k, v, o are 32x32, up is d_ff x 32, down is 32 x d_ff.
@@ -36,8 +35,7 @@ SMALL = {"n_layers": 2, "d_model": 32, "n_heads": 4, "d_ff": 64, "mlp": "gelu", 
 
 
 def gpt(**fields: Any) -> nn.Module:
-    torch.manual_seed(0)
-    return build_gpt(GPTSpec(**{**SMALL, **fields}), NormSpec(), VOCAB).eval()
+    return tiny_gpt(vocab_size=VOCAB, **{**SMALL, **fields}).eval()
 
 
 @pytest.fixture(scope="module")

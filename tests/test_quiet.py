@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import logs
-from tests.helpers import ROOT
+from tests.factories import ROOT
 
 SUITE = """\
 suite: quiet

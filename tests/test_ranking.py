@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -27,7 +26,7 @@ from harness.ranking import (
 )
 from harness.registry import RegistryError
 from harness.spec.schema import RankSpec
-from tests.helpers import scipy_percentile_ci
+from tests.factories import outcomes, scipy_percentile_ci
 
 ROW_KEYS = [
     "task",
@@ -71,22 +70,6 @@ SUMMARY_KEYS = [
     "profile_steps",
     "profile_time",
 ]
-
-
-def outcomes(
-    method: str,
-    values: Sequence[float | None],
-    metric: str = "val_loss",
-    task: str = "lm",
-    model: str = "gpt",
-) -> list[TrialOutcome]:
-    """One outcome per seed; None marks a diverged seed."""
-    return [
-        TrialOutcome(method, model, task, seed, "diverged", {})
-        if value is None
-        else TrialOutcome(method, model, task, seed, "done", {metric: value})
-        for seed, value in enumerate(values)
-    ]
 
 
 def row_of(ranking: Ranking, method: str, task: str = "lm") -> RankRow:

@@ -11,18 +11,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import Result
 from sqlalchemy import Engine
 from streamlit.testing.v1 import AppTest
-from typer.testing import CliRunner
 
-from benchmarks.fake_results import fake_result, store
-from harness.cli import app
 from harness.ranking.suite import rank_suite
 from harness.runner.plan import PlannedTrial, plan_suite
 from harness.spec import load_suite
 from harness.store.db import make_engine, suite_run, upgrade
-from tests.helpers import ROOT, write_suite
+from tests.factories import ROOT, fake_result, invoke, store, write_suite
 
 SANE_ABSURD = """
 sane: {optimizer: {name: sgd, lr: 0.01}}
@@ -30,15 +26,8 @@ absurd: {optimizer: {name: sgd, lr: 1.0e+6}, train: {grad_clip: null}}
 """
 
 
-def layerbench(*args: str) -> Result:
-    """`layerbench ARGS` in this process; its stdout is not a terminal, like a pipe."""
-    result = CliRunner().invoke(app, list(args))
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result
-
-
 def ranked(suite: Path) -> dict[str, Any]:
-    done = layerbench("rank", str(suite), "--format", "json")
+    done = invoke("rank", str(suite), "--format", "json")
     assert done.exit_code == 0, done.output
     return json.loads(done.stdout)
 
@@ -53,11 +42,11 @@ def test_sane_beats_absurd_and_a_run_without_the_baseline_ranks(tmp_path: Path) 
     suite.write_text(suite.read_text().replace("baseline: pre-ln", "baseline: sane"))
 
     # a subset without the baseline: ranked, the absence said, no traceback
-    subset = layerbench("run", str(suite), "--no-mlflow", "--only", "method=absurd")
+    subset = invoke("run", str(suite), "--no-mlflow", "--only", "method=absurd")
     assert subset.exit_code == 0 and "Traceback" not in subset.output, subset.output
     assert "baseline 'sane' has no results" in subset.output
 
-    full = layerbench("run", str(suite), "--no-mlflow", "--workers", "2")
+    full = invoke("run", str(suite), "--no-mlflow", "--workers", "2")
     assert full.exit_code == 0, full.output
     ranking = ranked(suite)
     rows = {row["method"]: row for row in ranking["rows"]}
@@ -66,12 +55,12 @@ def test_sane_beats_absurd_and_a_run_without_the_baseline_ranks(tmp_path: Path) 
     assert rows["absurd"]["failure"] == "diverged"
 
     # not a terminal: the full width, nothing cut; --width folds instead of cutting
-    table = layerbench("rank", str(suite)).stdout
+    table = invoke("rank", str(suite)).stdout
     assert "…" not in table and max(map(len, table.splitlines())) > 80
     assert "seeds needed" in table and "95% CI: t-interval" in table
-    narrow = layerbench("rank", str(suite), "--width", "70").stdout
+    narrow = invoke("rank", str(suite), "--width", "70").stdout
     assert max(map(len, narrow.splitlines())) <= 70 and "…" not in narrow
-    markdown = layerbench("rank", str(suite), "--format", "md").stdout
+    markdown = invoke("rank", str(suite), "--format", "md").stdout
     assert "| absurd |" in markdown and "| diverged |" in markdown and "None" not in markdown
 
 
@@ -130,6 +119,6 @@ def test_a_reverted_config_is_the_current_plan_again_without_rerunning(tmp_path:
     database, suite, first, second = two_configs(tmp_path)
     assert ranked_keys(database) == {t.key for t in second}
     suite.write_text(suite.read_text().replace("placement: peri", "placement: post"))
-    result = layerbench("run", str(suite), "--no-mlflow")
+    result = invoke("run", str(suite), "--no-mlflow")
     assert result.exit_code == 0 and "0 to run" in result.output, result.output
     assert ranked_keys(database) == {t.key for t in first}

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from benchmarks.fake_results import fake_result, planned, store
 from harness.core import Status
 from harness.ranking import Ranking, TrialOutcome, format_ranking, group_table, rank, tables
 from harness.ranking.examples import mcnemar_test, weight_name, wilson_ci
@@ -24,18 +23,12 @@ from harness.spec.schema import RankSpec
 from harness.store.db import make_engine, upgrade
 from harness.tasks.base import weight_name as task_weight_name
 from leaderboard.tables import MARKS, rows_frame, summary_frame
-from tests.helpers import ROOT, write_suite
+from tests import factories
+from tests.factories import ROOT, fake_result, planned, store, write_suite
 
 
 def outcomes(method: str, values: Sequence[float | None], task: str = "lm") -> list[TrialOutcome]:
-    return [
-        TrialOutcome(method, "gpt", task, seed, "diverged", {})
-        if value is None
-        else TrialOutcome(
-            method, "gpt", task, seed, "done", {"val_loss": value}, key=f"{method}{seed}"
-        )
-        for seed, value in enumerate(values)
-    ]
+    return factories.outcomes(method, values, task=task, keyed=True)
 
 
 @pytest.fixture

@@ -19,8 +19,7 @@ from sqlalchemy.orm import Session
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.models import MetricPoint, Result
-from tests.helpers import ROOT
-from tests.test_runner import count, layerbench, trials_by_key
+from tests.factories import ROOT, count, invoke, run_process, trials_by_key
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -94,13 +93,13 @@ def test_ray_and_local_store_identical_metrics(
     address, _ = ray_cluster
     suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
     on_ray, local = f"sqlite:///{tmp_path / 'ray.db'}", f"sqlite:///{tmp_path / 'local.db'}"
-    ran = layerbench(
+    ran = run_process(
         "run", str(suite), "--db", on_ray, "--backend", "ray", "--ray-address=" + address
     )
     assert ran.returncode == 0, ran.stderr
     # one thread per trial on both backends (a Ray task asks for 1 CPU by default)
     workers = str(os.cpu_count() or 1)
-    ran = layerbench("run", str(suite), "--db", local, "--no-mlflow", "--workers", workers)
+    ran = run_process("run", str(suite), "--db", local, "--no-mlflow", "--workers", workers)
     assert ran.returncode == 0, ran.stderr
     assert len(final_metrics(on_ray)) == 2
     assert final_metrics(on_ray) == final_metrics(local)
@@ -155,7 +154,7 @@ def test_killed_worker_is_retried_then_failed_and_a_rerun_completes_it(
     assert watched.status == "failed" and watched.attempts == 2
     assert "ray: " in watched.error and "died" in watched.error.lower(), watched.error
 
-    rerun = layerbench(*run, "--ray-address", address, "--retry-failed")
+    rerun = run_process(*run, "--ray-address", address, "--retry-failed")
     assert rerun.returncode == 0, rerun.stderr
     after = trials_by_key(db)
     assert set(after) == {t.key for t in plan_suite(load_suite(suite))}
@@ -172,7 +171,7 @@ def test_a_ray_and_a_local_driver_on_postgresql_never_run_a_trial_twice(
 ) -> None:
     address, _ = ray_cluster
     suite = suite_file(tmp_path, "pre-ln: {}\nrms: {norm: {type: rmsnorm}}")
-    layerbench("db", "upgrade", "--db", postgres_url, check=True)
+    run_process("db", "upgrade", "--db", postgres_url, check=True)
     run = [sys.executable, "-m", "harness", "run", str(suite), "--db", postgres_url, "--no-mlflow"]
     commands = [[*run, "--backend", "ray", "--ray-address", address], run]
     drivers = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in commands]
@@ -208,10 +207,7 @@ def test_a_ray_the_backend_starts_runs_its_trials_at_normal_priority(
 
 
 def test_an_unknown_backend_is_invalid_input(tiny_suite: Path) -> None:
-    from typer.testing import CliRunner
 
-    from harness.cli import app
-
-    ran = CliRunner().invoke(app, ["run", str(tiny_suite), "--backend", "spark"])
+    ran = invoke("run", str(tiny_suite), "--backend", "spark")
     assert ran.exit_code == 2
     assert "--backend must be local, ray or slurm" in ran.output

@@ -11,38 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, func, select
+from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.store.models import MetricPoint, Result, Trial
+from tests.factories import count, invoke, run_process, trials_by_key
 
 pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
-
-
-def layerbench(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        capture_output=True,
-        text=True,
-        check=check,
-        timeout=600,
-    )
-
-
-def trials_by_key(url: str) -> dict[str, Trial]:
-    engine = create_engine(url)
-    with Session(engine) as session:
-        return {trial.key: trial for trial in session.scalars(select(Trial))}
-
-
-def count(url: str, table: type, trial_id: int) -> int:
-    with Session(create_engine(url)) as session:
-        return session.scalar(
-            select(func.count()).select_from(table).where(table.trial_id == trial_id)
-        )
 
 
 def test_same_trial_twice_gives_identical_metrics_and_another_seed_differs(
@@ -66,7 +44,7 @@ explodes: {optimizer: {name: boom}}
 """
     suite = write_suite(tmp_path, methods, extra="plugins: [tests.plugins.boom]\n")
     db = f"sqlite:///{tmp_path / 'statuses.db'}"
-    done = layerbench("run", str(suite), "--db", db, "--no-mlflow", "--workers", "2")
+    done = run_process("run", str(suite), "--db", db, "--no-mlflow", "--workers", "2")
     assert done.returncode == 1, done.stderr
     stored = trials_by_key(db)
     by_method = {}
@@ -85,10 +63,10 @@ explodes: {optimizer: {name: boom}}
             assert "Traceback" in trial.error and "boom: this optimizer always fails" in trial.error
         if trial.method == "too-slow":
             assert "time limit" in trial.error
-    ranked = layerbench("rank", str(suite), "--db", db, "--format", "json", check=True)
+    ranked = run_process("rank", str(suite), "--db", db, "--format", "json", check=True)
     assert '"method": "explodes"' in ranked.stdout
 
-    retried = layerbench("run", str(suite), "--db", db, "--no-mlflow", "--retry-failed")
+    retried = run_process("run", str(suite), "--db", db, "--no-mlflow", "--retry-failed")
     assert retried.returncode == 1, retried.stderr
     attempts = {(t.method, t.seed): t.attempts for t in trials_by_key(db).values()}
     for (method, _seed), n in attempts.items():
@@ -126,7 +104,7 @@ def test_kill_9_then_rerun_loses_nothing_and_duplicates_nothing(
     before = trials_by_key(db)
     assert any(t.status == "running" for t in before.values())
 
-    rerun = layerbench("run", str(suite), "--db", db, "--no-mlflow")
+    rerun = run_process("run", str(suite), "--db", db, "--no-mlflow")
     assert rerun.returncode == 0, rerun.stderr
     planned = {t.key for t in plan_suite(load_suite(suite))}
     after = trials_by_key(db)
@@ -156,15 +134,6 @@ def result_names(url: str, trial_id: int) -> set[str]:
         return set(session.scalars(select(Result.name).where(Result.trial_id == trial_id)))
 
 
-def test_finished_suite_starts_no_trial(tiny_suite: Path, tmp_path: Path) -> None:
-    db = f"sqlite:///{tmp_path / 'again.db'}"
-    layerbench("run", str(tiny_suite), "--db", db, "--no-mlflow", check=True)
-    first = {k: (t.attempts, t.ended_at) for k, t in trials_by_key(db).items()}
-    again = layerbench("run", str(tiny_suite), "--db", db, "--no-mlflow", check=True)
-    assert "4 trials, 4 stored, 0 to run" in again.stdout
-    assert {k: (t.attempts, t.ended_at) for k, t in trials_by_key(db).items()} == first
-
-
 def test_two_runners_on_one_database_never_run_a_trial_twice(
     write_suite: Any, tmp_path: Path
 ) -> None:
@@ -172,7 +141,7 @@ def test_two_runners_on_one_database_never_run_a_trial_twice(
         tmp_path, "pre-ln: {}\npost-ln: {norm: {placement: post}}\nrms: {norm: {type: rmsnorm}}"
     )
     db = f"sqlite:///{tmp_path / 'two.db'}"
-    layerbench("db", "upgrade", "--db", db, check=True)
+    run_process("db", "upgrade", "--db", db, check=True)
     command = [sys.executable, "-m", "harness", "run", str(suite), "--db", db, "--no-mlflow"]
     runners = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [runner.communicate(timeout=600)[0] for runner in runners]
@@ -184,13 +153,13 @@ def test_two_runners_on_one_database_never_run_a_trial_twice(
     assert ran == 6, outputs
 
 
-def test_results_land_in_postgresql_and_mlflow(
+def test_results_land_in_postgresql_and_mlflow_and_a_finished_suite_starts_no_trial(
     tiny_suite: Path, postgres_url: str, tmp_path: Path
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    done = layerbench("run", str(tiny_suite), "--db", postgres_url)
-    assert done.returncode == 0, done.stderr
+    done = invoke("run", str(tiny_suite), "--db", postgres_url)
+    assert done.exit_code == 0, done.output
     stored = trials_by_key(postgres_url)
     assert len(stored) == 4 and all(t.status == "done" for t in stored.values())
     trial = next(iter(stored.values()))
@@ -208,6 +177,12 @@ def test_results_land_in_postgresql_and_mlflow(
         p.value for p in sorted(series(postgres_url, trial.id, "val_loss"), key=lambda p: p.step)
     ]
     assert runs[0].data.params["optimizer.name"] == "adamw"
+
+    first = {k: (t.attempts, t.ended_at) for k, t in stored.items()}
+    again = invoke("run", str(tiny_suite), "--db", postgres_url, "--no-mlflow")
+    assert again.exit_code == 0, again.output
+    assert "4 trials, 4 stored, 0 to run" in again.stdout
+    assert {k: (t.attempts, t.ended_at) for k, t in trials_by_key(postgres_url).items()} == first
 
 
 def series(url: str, trial_id: int, name: str) -> list[MetricPoint]:

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from harness.spec import SuiteError, load_suite
 from harness.spec.schema import Suite
-from tests.helpers import ROOT, write_suite
+from tests.factories import ROOT, write_suite
 
 NOT_YET_READ: set[str] = set()
 """Top-level sections another piece of work implements (none left: `regression` is the nightly

@@ -10,15 +10,12 @@ import pytest
 from markdown_it import MarkdownIt
 from sqlalchemy import create_engine, inspect, text
 from streamlit.testing.v1 import AppTest
-from typer.testing import CliRunner
 
-from harness.cli import app
 from leaderboard.serve import streamlit_args
 from leaderboard.state import engine as app_engine
 from leaderboard.text import plain
-from tests.helpers import ROOT
+from tests.factories import ROOT, invoke
 
-runner = CliRunner()
 PASSWORD = "Sup3r-S3cret-pw"
 ODD_NAMES = ["o'brien\"; DROP TABLE trials; -- **b** <i>", "ünï-名前 ✓ :smile:"]
 
@@ -36,7 +33,7 @@ def test_validate_says_plugins_run_code_before_running_them(
         "n_heads: 2}}\ntasks: {t: {type: lm, corpus: shakespeare, tokenizer: byte}}\n"
         "methods: {a: {}}\n"
     )
-    result = runner.invoke(app, ["validate", str(suite)])
+    result = invoke("validate", str(suite))
     assert result.exit_code == 0, result.output
     note = result.output.index("importing them runs their code: noisy_plugin")
     assert note < result.output.index("PLUGIN CODE RAN")
@@ -57,13 +54,13 @@ def test_the_leaderboard_listens_on_localhost_by_default(monkeypatch: pytest.Mon
     assert streamlit_args(8501)[streamlit_args(8501).index("--server.address") + 1] == "127.0.0.1"
     launched: list[list[str]] = []
     monkeypatch.setattr(os, "execve", lambda _path, argv, _env: launched.append(argv))
-    runner.invoke(app, ["leaderboard"])
+    invoke("leaderboard")
     assert launched[0][launched[0].index("--address") + 1] == "127.0.0.1"
 
 
 def test_an_unreachable_database_error_hides_the_password() -> None:
     url = f"postgresql+psycopg://postgres:{PASSWORD}@127.0.0.1:1/nowhere"
-    result = runner.invoke(app, ["status", "--db", url])
+    result = invoke("status", "--db", url)
     assert result.exit_code == 2
     assert "postgres:***@127.0.0.1:1/nowhere" in result.output
     assert PASSWORD not in result.output
@@ -127,10 +124,10 @@ def test_odd_names_intact_and_the_password_nowhere(
 ) -> None:
     url = postgres_url.replace("postgres@", f"postgres:{PASSWORD}@")
     suite = str(secret_suite(tmp_path))
-    outputs = [runner.invoke(app, ["run", suite, "--db", url])]
+    outputs = [invoke("run", suite, "--db", url)]
     assert outputs[0].exit_code == 1, outputs[0].output  # the boom trial fails, by design
     outputs += [
-        runner.invoke(app, args)
+        invoke(*args)
         for args in (
             ["rank", suite, "--db", url, "--format", "json"],
             ["rank", suite, "--db", url, "--format", "md"],

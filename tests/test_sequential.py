@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine
 
-from benchmarks import fake_results
 from benchmarks.sequential import Design, directional, draws, null_checks, tie
+from harness.core import TrialOutcome
 from harness.ranking.findings import findings
-from harness.ranking.outcomes import TrialOutcome
 from harness.ranking.rounds import SequentialSeeds, look, wanted_trials
 from harness.ranking.sequential import (
     CheckInput,
@@ -29,6 +28,7 @@ from harness.ranking.suite import RankPlan
 from harness.records import PlannedTrial
 from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
 from harness.store.db import open_database
+from tests import factories
 
 SCHEDULE = SeedSchedule(initial=3, max=12, step=3)
 
@@ -197,7 +197,7 @@ def test_the_round_policy_runs_the_initial_seeds_then_what_each_look_asks(tmp_pa
             ],
         }
     )
-    trials = fake_results.planned("s", {m: {} for m in "abcd"}, ["m"], ["t"], range(12))
+    trials = factories.planned("s", {m: {} for m in "abcd"}, ["m"], ["t"], range(12))
     engine = open_database(f"sqlite:///{tmp_path / 'policy.db'}")
     shown: list[str] = []
     policy = SequentialSeeds(suite, shown.append)
@@ -208,14 +208,12 @@ def test_the_round_policy_runs_the_initial_seeds_then_what_each_look_asks(tmp_pa
         {"a": 2.0, "b": 4.0, "c": 3.0, "d": 3.0},
         {"a": 0.01, "b": 0.01, "c": 0.2, "d": 0.2},
     )
-    fake_results.store(
+    factories.store(
         engine,
         [
             (
                 t,
-                fake_results.fake_result(
-                    "done", means[t.method] + sds[t.method] * rng.normal(), rng
-                ),
+                factories.fake_result("done", means[t.method] + sds[t.method] * rng.normal(), rng),
             )
             for t in first
         ],

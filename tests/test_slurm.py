@@ -24,9 +24,8 @@ import pytest
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.models import MetricPoint
-from tests.helpers import ROOT
+from tests.factories import ROOT, count, invoke, run_process, trials_by_key
 from tests.test_ray import final_metrics
-from tests.test_runner import count, layerbench, trials_by_key
 
 pytest.importorskip("submitit")
 pytestmark = pytest.mark.slow
@@ -243,11 +242,11 @@ def overdue(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def test_slurm_and_local_store_identical_metrics(slurm: Cluster, tmp_path: Path) -> None:
     suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
     on_slurm, local = f"sqlite:///{tmp_path / 'slurm.db'}", f"sqlite:///{tmp_path / 'local.db'}"
-    ran = layerbench("run", str(suite), "--db", on_slurm, "--backend", "slurm")
+    ran = run_process("run", str(suite), "--db", on_slurm, "--backend", "slurm")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     # one thread per trial on both backends (a Slurm job asks for 1 CPU by default)
     workers = str(os.cpu_count() or 1)
-    ran = layerbench("run", str(suite), "--db", local, "--no-mlflow", "--workers", workers)
+    ran = run_process("run", str(suite), "--db", local, "--no-mlflow", "--workers", workers)
     assert ran.returncode == 0, ran.stderr
     assert len(final_metrics(on_slurm)) == 2
     assert final_metrics(on_slurm) == final_metrics(local)
@@ -255,7 +254,7 @@ def test_slurm_and_local_store_identical_metrics(slurm: Cluster, tmp_path: Path)
     assert all(t.status == "done" and t.attempts == 1 for t in stored)
     assert all(t.mlflow_run_id for t in stored)  # the driver logged each to MLflow
     assert all(t.environment["threads"] == 1 for t in stored)
-    again = layerbench("run", str(suite), "--db", on_slurm, "--backend", "slurm")
+    again = run_process("run", str(suite), "--db", on_slurm, "--backend", "slurm")
     assert again.returncode == 0 and "2 stored, 0 to run" in again.stdout  # nothing missing
 
 
@@ -305,7 +304,7 @@ def test_a_cancelled_job_is_failed_with_the_reason_and_a_rerun_completes_it(
     assert watched.status == "failed" and watched.attempts == 1
     assert "ended CANCELLED (see `scancel`) without a result" in watched.error, watched.error
 
-    rerun = layerbench(*run, "--retry-failed")
+    rerun = run_process(*run, "--retry-failed")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     after = trials_by_key(db)
     assert set(after) == {t.key for t in plan_suite(load_suite(suite))}
@@ -321,7 +320,7 @@ def test_a_slurm_and_a_local_driver_on_postgresql_never_run_a_trial_twice(
     slurm: Cluster, postgres_url: str, tmp_path: Path
 ) -> None:
     suite = suite_file(tmp_path, "pre-ln: {}\nrms: {norm: {type: rmsnorm}}")
-    layerbench("db", "upgrade", "--db", postgres_url, check=True)
+    run_process("db", "upgrade", "--db", postgres_url, check=True)
     run = [sys.executable, "-m", "harness", "run", str(suite), "--db", postgres_url, "--no-mlflow"]
     commands = [[*run, "--backend", "slurm"], run]
     drivers = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in commands]
@@ -360,9 +359,6 @@ def test_job_resources_and_time_limit_follow_the_suite() -> None:
 def test_command_line_slurm_options_override_the_suite_and_a_bad_flag_is_invalid_input(
     tiny_suite: Path,
 ) -> None:
-    from typer.testing import CliRunner
-
-    from harness.cli import app
     from harness.cli.run import slurm_settings
     from harness.spec.schema import SlurmSpec
 
@@ -371,6 +367,6 @@ def test_command_line_slurm_options_override_the_suite_and_a_bad_flag_is_invalid
     merged = slurm_settings(suite, flags, ["exclude=node7", "--mail-type=FAIL"])
     assert (merged.partition, merged.qos, merged.array_parallelism) == ("gpu", "low", 4)
     assert merged.sbatch == {"constraint": "a100", "exclude": "node7", "mail-type": "FAIL"}
-    ran = CliRunner().invoke(app, ["run", str(tiny_suite), "--backend", "slurm", "--sbatch", "x"])
+    ran = invoke("run", str(tiny_suite), "--backend", "slurm", "--sbatch", "x")
     assert ran.exit_code == 2
     assert "--sbatch takes KEY=VALUE" in ran.output

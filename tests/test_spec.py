@@ -8,16 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from harness.cli import app
 from harness.runner.plan import plan_suite
 from harness.spec import SuiteError, load_suite
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-runner = CliRunner()
+from tests.factories import ROOT, invoke
 
 
 def problems_of(path: Path) -> list[str]:
@@ -158,7 +152,7 @@ def test_cli_exit_code_2_without_traceback(
     write_suite: Any, tmp_path: Path, methods: str, expected: str
 ) -> None:
     path = write_suite(tmp_path, methods)
-    result = runner.invoke(app, ["validate", str(path)])
+    result = invoke("validate", str(path))
     assert result.exit_code == 2
     assert expected in result.output
     assert "Traceback" not in result.output

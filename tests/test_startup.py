@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.factories import ROOT
+
 HEAVY = ("torch", "transformers", "mlflow")
 
 PROBE = """
@@ -51,11 +52,3 @@ def test_light_commands_import_no_torch_transformers_or_mlflow(tmp_path: Path) -
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["codes"] == {"validate": 0, "plan": 0, "status": 0, "rank": 2}
     assert report["heavy"] == []
-
-
-@pytest.mark.parametrize("family", ["norm.type", "optimizer.name", "model.type", "task.type"])
-def test_lazy_entries_resolve_to_their_implementation(family: str) -> None:
-    from harness.registry import FAMILIES
-
-    for entry in FAMILIES[family].entries():
-        assert entry.obj is not None and entry.doc, entry.name

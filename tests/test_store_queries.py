@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import Engine, event, func, select
 from sqlalchemy.orm import Session
 
-from benchmarks.fake_results import fake_result, planned, store, store_bulk
 from harness.store.db import make_engine, upgrade
 from harness.store.models import LayerStatistic, MetricPoint, Result
 from harness.store.nightly import latest_results
 from harness.store.queries import CHUNK, stored_outcomes
+from tests.factories import fake_result, planned, store, store_bulk
 
 N_TRIALS = CHUNK + 20
 

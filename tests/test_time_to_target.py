@@ -11,13 +11,11 @@ import pytest
 from scipy import stats
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
-from typer.testing import CliRunner
 
-from harness.cli import app
 from harness.ranking import Ranking, RankRow, Target, TrialOutcome, format_ranking, rank
 from harness.spec.schema import RankSpec
 from harness.store.models import Result, Trial
-from tests.helpers import write_suite
+from tests.factories import invoke, write_suite
 
 TARGET = Target(metric="val_loss", value=2.0)
 
@@ -120,7 +118,7 @@ def test_performance_profile_score_matches_algoperf_by_hand() -> None:
 
 def layerbench(*args: str) -> str:
     """The output of a `layerbench` command run in this process; it must succeed."""
-    result = CliRunner().invoke(app, list(args))
+    result = invoke(*args)
     assert result.exit_code == 0, result.output
     return result.output
 

@@ -6,15 +6,11 @@ from pathlib import Path
 
 import pytest
 from pydantic import model_validator
-from typer.testing import CliRunner
 
-from harness.cli import app
 from harness.spec import SuiteError, load_suite
 from harness.spec.loader import Locator, validated
 from harness.spec.schema import StrictModel
-from tests.helpers import write_suite
-
-runner = CliRunner()
+from tests.factories import invoke, write_suite
 
 
 def problems_of(path: Path) -> list[str]:
@@ -40,7 +36,7 @@ def test_unknown_synthetic_kind_is_located_with_a_suggestion(tmp_path: Path) -> 
         f"{path}:{line_of(path, 'modular-division')}: tasks.div.kind: unknown synthetic task "
         "kind 'modular-division'; did you mean 'modular-addition'?"
     )
-    result = runner.invoke(app, ["validate", str(path)])
+    result = invoke("validate", str(path))
     assert result.exit_code == 2
     assert "Traceback" not in result.output
 
@@ -135,7 +131,7 @@ def test_python_tags_are_refused_with_exit_2(tmp_path: Path) -> None:
     (problem,) = problems_of(path)
     assert problem.startswith(f"{path}:2: YAML tag refused")
     assert "yaml.safe_load" in problem
-    result = runner.invoke(app, ["validate", str(path)])
+    result = invoke("validate", str(path))
     assert result.exit_code == 2
     assert not marker.exists()
 
@@ -150,7 +146,7 @@ def test_a_type_that_is_not_a_name_is_located(tmp_path: Path) -> None:
 
 def validate_fails(path: Path) -> str:
     """`layerbench validate PATH`: exit 2, no traceback; its output."""
-    result = runner.invoke(app, ["validate", str(path)])
+    result = invoke("validate", str(path))
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     return result.output
 

@@ -16,30 +16,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
 
-from benchmarks.fake_results import fake_result, store
-from harness.cli import app
 from harness.records import PlannedTrial
 from harness.registry import OPTIMIZERS, QUANTIZERS
 from harness.runner import plan, sources
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.db import open_database
-from tests.helpers import ROOT, write_suite
+from tests.factories import ROOT, fake_result, invoke, store, write_suite
 
 METHODS = """
 pre-ln: {}
 lamb: {optimizer: {name: lamb}}
 lion: {optimizer: {name: lion, lr: 3.0e-4}}
 """
-
-
-def layerbench(*args: str) -> Result:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result
 
 
 def keys_by_method(trials: list[PlannedTrial]) -> dict[str, set[str]]:
@@ -108,14 +98,14 @@ def test_an_unversioned_change_fails_the_check_and_update_demands_a_bump(
     found = sources.check()
     assert len(found) == 1 and "optimizer.name:lamb" in found[0] and "bump" in found[0]
     assert "harness/methods/catalog.py" in found[0]
-    checked = layerbench("versions")
+    checked = invoke("versions")
     assert checked.exit_code == 2 and "optimizer.name:lamb" in checked.output
-    refused = layerbench("versions", "--update")
+    refused = invoke("versions", "--update")
     assert refused.exit_code == 2 and "bump" in refused.output, refused.output
     assert json.loads(path.read_text())["optimizer.name:lamb"]["source"] == "0" * 64
 
     bump(monkeypatch, OPTIMIZERS, "lamb", 2)
-    done = layerbench("versions", "--update")
+    done = invoke("versions", "--update")
     assert done.exit_code == 0 and "optimizer.name:lamb" in done.output, done.output
     assert json.loads(path.read_text())["optimizer.name:lamb"]["version"] == 2
     assert sources.check() == []
@@ -130,7 +120,7 @@ def test_a_result_neutral_change_is_recorded_without_a_bump(
     path.write_text(json.dumps(lock))
     monkeypatch.setattr(sources, "LOCK", path)
     monkeypatch.setattr(sources, "read_lock", lambda: json.loads(path.read_text()))
-    done = layerbench("versions", "--update", "--same-results", "optimizer.name:lion")
+    done = invoke("versions", "--update", "--same-results", "optimizer.name:lion")
     assert done.exit_code == 0, done.output
     assert sources.check() == []
 
@@ -182,14 +172,14 @@ def test_status_and_rank_name_the_trials_a_bump_superseded(
     for result in results:
         result.environment = {}  # ran here, before entries had versions
     store(open_database(), list(zip(trials, results, strict=True)))
-    assert "not current" not in layerbench("status").output
+    assert "not current" not in invoke("status").output
 
     bump(monkeypatch, OPTIMIZERS, "lamb", 2)
-    status = layerbench("status")
+    status = invoke("status")
     assert "not current: 2 superseded by a version change (optimizer.name:lamb version 1 -> 2)" in (
         status.output
     ), status.output
-    ranked = layerbench("rank", str(path), "--format", "json")
+    ranked = invoke("rank", str(path), "--format", "json")
     ranking = json.loads(ranked.stdout)
     assert {row["method"] for row in ranking["rows"]} == {"pre-ln", "lion"}
     assert ranking["warnings"][0] == (
@@ -207,25 +197,25 @@ def test_rank_says_how_many_planned_trials_lack_their_data_and_the_install_comma
     database = tmp_path / "compression.db"
     shutil.copy(ROOT / "docs" / "results" / "data" / "compression.db", database)
     url = f"sqlite:///{database}"
-    ranked = layerbench("rank", str(ROOT / "suites" / "compression.yaml"), "--db", url)
+    ranked = invoke("rank", str(ROOT / "suites" / "compression.yaml"), "--db", url)
     assert ranked.exit_code == 0, ranked.output
     assert (
         "104 of 130 planned trials have no stored result: 104 whose task data is not installed "
         "here (run `layerbench data install bigbench`)"
     ) in " ".join(ranked.output.split())
-    status = layerbench("status", "--db", url)
+    status = invoke("status", "--db", url)
     assert "not current: 104 whose task data is not installed" in status.output
 
 
 def test_rank_of_a_suite_never_run_says_so(tmp_path: Path) -> None:
     path = write_suite(tmp_path, METHODS)
-    ranked = layerbench("rank", str(path))
+    ranked = invoke("rank", str(path))
     assert ranked.exit_code == 2
     assert "6 of 6 planned trials have no stored result: 6 not run yet" in ranked.output
 
 
 def test_report_of_a_suite_never_run_says_why(tmp_path: Path) -> None:
     path = write_suite(tmp_path, METHODS)
-    reported = layerbench("report", str(path))
+    reported = invoke("report", str(path))
     assert reported.exit_code == 2
     assert "6 of 6 planned trials have no stored result: 6 not run yet" in reported.output

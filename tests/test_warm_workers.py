@@ -19,7 +19,7 @@ from harness.runner.trial import run_trial, train_task
 from harness.runner.warm import warm_spec
 from harness.spec import load_suite
 from harness.tasks.lm import LMTask
-from tests.helpers import write_suite
+from tests.factories import write_suite
 
 
 class MemoryLedger:

@@ -1,25 +1,165 @@
-"""Stored trials that look like real ones, for the leaderboard benchmark and tests.
-
-Results are written with the runner's own row builders (`finished`, `result_rows`), so the
-database holds exactly what a real run would store: trials with their statuses, metric series,
-final metrics and layer statistics, under one suite run.
-"""
+"""What the tests build: the repository root, tiny suite files, tiny models (the harness's GPT,
+a Llama and its tokenizer), ranking outcomes, stored trials that look like real ones (written with
+the runner's own row builders, so a database holds exactly what a real run would store), and ways
+to run `layerbench` in this process or in a fresh one. Plain functions, imported
+(`from tests.factories import ...`); conftest.py offers some as fixtures. The benchmarks build
+their fake databases with the same functions."""
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Iterator, Mapping
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, func, insert, select
+import torch
+from click.testing import Result as CliResult
+from sqlalchemy import Connection, Engine, create_engine, func, insert, select
 from sqlalchemy.orm import Session
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from typer.testing import CliRunner
 
+from harness.cli import app
+from harness.core import TrialOutcome
+from harness.models.gpt import GPT, GPTSpec, build_gpt
 from harness.records import LayerStat, PlannedTrial, SeriesPoint, Status, TrialResult
 from harness.spec.declaration import RankingDeclaration
+from harness.spec.schema import NormSpec
 from harness.store.db import finished, finite, result_rows, suite_run
 from harness.store.models import LayerStatistic, MetricPoint, Result, Trial
+
+ROOT = Path(__file__).resolve().parents[1]
+PG_ADMIN_URL = os.environ.get(
+    "LAYERBENCH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+# Suite files
+
+TINY_SUITE = """\
+suite: tiny
+seeds: [0, 1]
+defaults:
+  time_limit_s: 120
+  train:
+    {{steps: {steps}, batch_size: 8, warmup_steps: 2, eval_every: {eval_every}, eval_batches: 2}}
+  optimizer: {{name: adamw, lr: 3.0e-3}}
+models:
+  gpt-2l: {{type: gpt, n_layers: 2, d_model: 32, n_heads: 2, max_seq_len: 64}}
+tasks:
+  bytes: {{type: lm, corpus: shakespeare, tokenizer: byte, seq_len: 32}}
+methods:
+{methods}
+baseline: pre-ln
+"""
+
+
+def write_suite(
+    directory: Path, methods: str, steps: int = 20, eval_every: int = 10, extra: str = ""
+) -> Path:
+    """A tiny suite file; `methods` is the YAML body of the `methods` section."""
+    path = directory / "suite.yaml"
+    body = TINY_SUITE.format(
+        steps=steps, eval_every=eval_every, methods=textwrap.indent(methods.strip(), "  ")
+    )
+    path.write_text(body + extra)
+    return path
+
+
+# Models
+
+GPT_SIZE = {"n_layers": 2, "d_model": 32, "n_heads": 4, "max_seq_len": 32}
+
+
+def tiny_gpt(norm: NormSpec | None = None, vocab_size: int = 37, **spec: Any) -> GPT:
+    """The harness's GPT, seeded (`torch.manual_seed(0)`): 2 layers of width 32 unless `spec`
+    says otherwise; in training mode, as `build_gpt` returns it."""
+    torch.manual_seed(0)
+    return build_gpt(GPTSpec(**{**GPT_SIZE, **spec}), norm or NormSpec(), vocab_size)
+
+
+def byte_bpe_tokenizer(texts: list[str], vocab_size: int = 400) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained here on `texts` (nothing is downloaded)."""
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<eos>", pad_token="<eos>")
+
+
+def tiny_llama(vocab_size: int, n_layers: int) -> LlamaForCausalLM:
+    """A randomly initialised Llama small enough for a unit test."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=n_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=0,
+        pad_token_id=0,
+        bos_token_id=0,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def scipy_percentile_ci(values: list[float]) -> tuple[float, float]:
+    """The 95% percentile-bootstrap CI of the mean as scipy computes it (ranking's reference)."""
+    from scipy import stats
+
+    interval = stats.bootstrap(
+        (np.array(values),),
+        np.mean,
+        method="percentile",
+        n_resamples=2000,
+        rng=np.random.default_rng(0),
+    ).confidence_interval
+    return interval.low, interval.high
+
+
+# Ranking outcomes
+
+
+def outcomes(
+    method: str,
+    values: Sequence[float | None],
+    metric: str = "val_loss",
+    task: str = "lm",
+    model: str = "gpt",
+    keyed: bool = False,
+) -> list[TrialOutcome]:
+    """One outcome per seed (seed = position); None marks a diverged seed. `keyed` gives each
+    trial the key method + seed."""
+    return [
+        TrialOutcome(method, model, task, seed, "diverged", {})
+        if value is None
+        else TrialOutcome(
+            method,
+            model,
+            task,
+            seed,
+            "done",
+            {metric: value},
+            key=f"{method}{seed}" if keyed else "",
+        )
+        for seed, value in enumerate(values)
+    ]
+
+
+# Stored trials (fake results)
 
 EVALS = 4
 EVAL_EVERY = 50
@@ -220,3 +360,40 @@ def _trial_columns(trial: PlannedTrial, result: TrialResult, suite_run_id: int) 
         "mlflow_run_id": None,
         **finished(result),
     }
+
+
+# Running `layerbench`
+
+
+def invoke(*args: str) -> CliResult:
+    """`layerbench ARGS` in this process; its stdout is a pipe, not a terminal. An exception other
+    than the command's exit fails the test here, with its traceback."""
+    result = CliRunner().invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def run_process(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """`layerbench ARGS` in a fresh process (for kills, concurrency and real exit paths)."""
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=600,
+    )
+
+
+def trials_by_key(url: str) -> dict[str, Trial]:
+    """The stored trials of a database, by key."""
+    with Session(create_engine(url)) as session:
+        return {trial.key: trial for trial in session.scalars(select(Trial))}
+
+
+def count(url: str, table: type, trial_id: int) -> int:
+    """The rows of `table` that belong to a trial."""
+    with Session(create_engine(url)) as session:
+        return session.scalar(
+            select(func.count()).select_from(table).where(table.trial_id == trial_id)
+        )
