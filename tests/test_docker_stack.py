@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from sqlalchemy import create_engine, text
 
 from benchmarks.browser import chromium_path, launch, open_leaderboard
@@ -44,23 +45,42 @@ def compose_program() -> list[str]:
     return ["docker", "compose"] if plugin.returncode == 0 else ["docker-compose"]
 
 
+def resolve(env_file: Path, target: Path) -> Path:
+    """compose.yaml with compose.host.yaml over it, as compose resolves them (`config`), less
+    the `ports:` of services on the host network: Docker refuses both together, and compose
+    1.29 (Debian's) has no `!reset` for an override to drop them (host networking makes them
+    moot: each service listens on 127.0.0.1 itself). Returns a copy without `depends_on` for
+    `compose run` (1.29 links a run's container to its running dependencies, which host
+    networking refuses too)."""
+    files = ["-f", str(ROOT / "docker/compose.yaml"), "-f", str(ROOT / "docker/compose.host.yaml")]
+    command = [*compose_program(), "-p", PROJECT, "--env-file", str(env_file), *files, "config"]
+    resolved = yaml.safe_load(
+        subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    )
+    for service in resolved["services"].values():
+        if service.get("network_mode") == "host":
+            service.pop("ports", None)
+    target.write_text(yaml.safe_dump(resolved, sort_keys=False))
+    for service in resolved["services"].values():
+        service.pop("depends_on", None)
+    for_run = target.with_suffix(".run.yaml")
+    for_run.write_text(yaml.safe_dump(resolved, sort_keys=False))
+    return for_run
+
+
 @dataclass
 class Stack:
-    env_file: Path
+    compose_file: Path
+    run_file: Path
     variables: dict[str, str]
     healthy_s: float
 
-    def compose(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        files = [
-            "-f",
-            str(ROOT / "docker/compose.yaml"),
-            "-f",
-            str(ROOT / "docker/compose.host.yaml"),
-        ]
-        command = [*compose_program(), "-p", PROJECT, "--env-file", str(self.env_file), *files]
-        return subprocess.run(
-            [*command, *args], capture_output=True, text=True, timeout=timeout, check=False
-        )
+    def compose(
+        self, *args: str, timeout: float = 600, file: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        chosen = file or self.compose_file
+        command = [*compose_program(), "-p", PROJECT, "-f", str(chosen), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
 
     def up(self) -> float:
         """`up -d`, then the seconds until mlflow and the leaderboard report healthy."""
@@ -144,7 +164,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         check=False,
     )
     assert init.returncode == 0, init.stderr
-    deployed = Stack(env_file, variables, 0.0)
+    run_file = resolve(env_file, directory / "compose.resolved.yaml")
+    deployed = Stack(directory / "compose.resolved.yaml", run_file, variables, 0.0)
     deployed.compose("down", "-v")  # whatever an interrupted run left
     try:
         deployed.healthy_s = deployed.up()
@@ -166,6 +187,7 @@ def suite_ran(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
     ran = stack.compose(
         "run", "--rm", "-v", f"{directory}:/suites:ro", "scheduler",
         "layerbench", "run", "/suites/suite.yaml", "--workers", "2",
+        file=stack.run_file,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
     return suite
