@@ -103,7 +103,7 @@ def execute(
     from harness.runner.ray_backend import RayUnavailableError
     from harness.runner.slurm_backend import SlurmUnavailableError
 
-    display = Display(announce=announce, progress=RichProgress)
+    display = Display(announce=announce, progress=RichProgress, look=show_look)
     try:
         return run_suite(
             suite,
@@ -121,6 +121,10 @@ def announce(plan: RunPlan) -> None:
     console.print(
         f"{plan.suite}: {plan.n_trials} trials, {plan.n_stored} stored, {plan.n_todo} to run"
     )
+
+
+def show_look(text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def mlflow_tracker(engine: Engine) -> Callable[[], Tracker]:
