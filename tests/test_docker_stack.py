@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from sqlalchemy import create_engine, text
 
 from benchmarks.browser import chromium_path, launch, open_leaderboard
@@ -43,23 +44,31 @@ def compose_program() -> list[str]:
     return ["docker", "compose"] if plugin.returncode == 0 else ["docker-compose"]
 
 
+def resolve(env_file: Path, target: Path) -> None:
+    """compose.yaml with compose.host.yaml over it, as compose resolves them (`config`), less
+    the `ports:` of services on the host network: Docker refuses both together, and compose
+    1.29 (Debian's) has no `!reset` for an override to drop them (host networking makes them
+    moot: each service listens on 127.0.0.1 itself)."""
+    files = ["-f", str(ROOT / "docker/compose.yaml"), "-f", str(ROOT / "docker/compose.host.yaml")]
+    command = [*compose_program(), "-p", PROJECT, "--env-file", str(env_file), *files, "config"]
+    resolved = yaml.safe_load(
+        subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    )
+    for service in resolved["services"].values():
+        if service.get("network_mode") == "host":
+            service.pop("ports", None)
+    target.write_text(yaml.safe_dump(resolved, sort_keys=False))
+
+
 @dataclass
 class Stack:
-    env_file: Path
+    compose_file: Path
     variables: dict[str, str]
     healthy_s: float
 
     def compose(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        files = [
-            "-f",
-            str(ROOT / "docker/compose.yaml"),
-            "-f",
-            str(ROOT / "docker/compose.host.yaml"),
-        ]
-        command = [*compose_program(), "-p", PROJECT, "--env-file", str(self.env_file), *files]
-        return subprocess.run(
-            [*command, *args], capture_output=True, text=True, timeout=timeout, check=False
-        )
+        command = [*compose_program(), "-p", PROJECT, "-f", str(self.compose_file), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
 
     def up(self) -> float:
         """`up -d`, then the seconds until mlflow and the leaderboard report healthy."""
@@ -143,7 +152,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         check=False,
     )
     assert init.returncode == 0, init.stderr
-    deployed = Stack(env_file, variables, 0.0)
+    resolve(env_file, directory / "compose.resolved.yaml")
+    deployed = Stack(directory / "compose.resolved.yaml", variables, 0.0)
     deployed.compose("down", "-v")  # whatever an interrupted run left
     try:
         deployed.healthy_s = deployed.up()
@@ -155,17 +165,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def suite_ran(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny suite run in a container of the scheduler service (its database and MLflow)."""
+    """A tiny suite run in the scheduler's container (its database, MLflow and cache volume).
+    `exec`, not `compose run`: compose 1.29 links a one-off container to the running services,
+    which host networking refuses."""
     directory = tmp_path_factory.mktemp("suite")
     suite = write_suite(
         directory, "pre-ln: {}\nrms: {norm: {type: rmsnorm}}", steps=10, eval_every=5
     )
-    directory.chmod(0o755)
     suite.chmod(0o644)
+    (container,) = stack.compose("ps", "-q", "scheduler").stdout.split()
+    subprocess.run(["docker", "cp", str(suite), f"{container}:/tmp/suite.yaml"], check=True)
     ran = stack.compose(
-        "run", "--rm", "-v", f"{directory}:/suites:ro", "scheduler",
-        "layerbench", "run", "/suites/suite.yaml", "--workers", "2",
-    )  # fmt: skip
+        "exec", "-T", "scheduler", "layerbench", "run", "/tmp/suite.yaml", "--workers", "2"
+    )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     return suite
 

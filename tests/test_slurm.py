@@ -143,6 +143,10 @@ def start_daemons(directory: Path) -> Path:
 
 
 def stop_daemons(directory: Path) -> None:
+    """Cancel what still runs (a test that failed midway), then stop the daemons."""
+    conf = {**os.environ, "SLURM_CONF": str(directory / "slurm.conf")}
+    subprocess.run(["scancel", "--full", "--user=root"], env=conf, check=False, timeout=30)
+    time.sleep(6)  # KillWait 5 s: the jobs' processes end before slurmd does
     for pidfile in ("slurmd.pid", "slurmctld.pid", "munge.pid"):
         path = directory / pidfile
         if path.exists():
