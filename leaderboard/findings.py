@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 import pandas as pd
 
 from harness.ranking.findings import Finding, RecipeCheck
+from harness.ranking.sequential import describe, verdict_note
 
 COMPARE_PAGE = "compare"
 COLUMNS = [
@@ -19,6 +20,7 @@ COLUMNS = [
     "observed Δ ± 95% CI",
     "verdict",
     "seeds needed",
+    "seeds used",
     "compare",
 ]
 FAMILY_PREFIX = "findings-"
@@ -46,8 +48,19 @@ def observed(check: RecipeCheck, several: bool) -> str:
         else ""
     )
     failures = f", {check.failed[0]} vs {check.failed[1]} failed seeds" if any(check.failed) else ""
+    note = verdict_note(check.sequential)
     suffix = f" ({check.verdict}{failures})" if several else failures
+    suffix += f" ({note})" if note else ""
     return f"{lead}{check.delta:+.3g}{interval}{suffix}"
+
+
+def seeds_used(finding: Finding, several: bool) -> str:
+    """Under sequential seeds, each recipe's n, looks, how it stopped and its CPU seconds."""
+    return "; ".join(
+        (f"{c.model}: " if several else "") + describe(c.sequential)
+        for c in finding.checks
+        if c.sequential is not None
+    )
 
 
 def verdict(finding: Finding) -> str:
@@ -88,6 +101,7 @@ def findings_frame(by_suite: Iterable[tuple[str, list[Finding]]]) -> pd.DataFram
                     "; ".join(observed(c, several) for c in finding.checks) or "no results",
                     verdict(finding),
                     ", ".join(needed),
+                    seeds_used(finding, several),
                     compare_link(suite, finding),
                 ]
             )

@@ -39,13 +39,31 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     # one unwrapped print: rendering 1,000 lines one by one was a third of `plan`'s time
     lines = plan_lines(suite, trials, engine, statuses)
     console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
-    counts = Counter(statuses.get(t.key, Status.PENDING) for t in trials)
+    counts = Counter(status_of(suite, t, statuses) for t in trials)
     console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if (schedule := suite.schedule) is not None:
+        initial = sum(t.seed < schedule.initial for t in trials)
+        console.print(
+            f"sequential seeds: {initial} initial trials (seeds 0-{schedule.initial - 1}), "
+            f"then {schedule.step} seed(s) at a time for undecided comparisons, at most "
+            f"{len(trials)} trials (seeds 0-{schedule.max - 1}); docs/sequential.md"
+        )
     if any(trial.sweep for trial in trials):
         metric = suite.rank.tune_metric or suite.rank.metric
         console.print(
             f"* the tuned result: {TUNING_RULES[suite.rank.tuning].format(metric=metric)}"
         )
+
+
+IF_NEEDED = "if needed"
+"""`plan`'s status of a sequential suite's later seed that has not run."""
+
+
+def status_of(suite: Suite, trial: PlannedTrial, statuses: dict[str, Status]) -> str:
+    """The trial's stored status; pending, or "if needed" for a seed beyond a sequential
+    schedule's initial ones."""
+    later = suite.schedule is not None and trial.seed >= suite.schedule.initial
+    return statuses.get(trial.key, IF_NEEDED if later else Status.PENDING)
 
 
 def plan_lines(
@@ -67,7 +85,7 @@ def plan_lines(
         value = metric_value(stored[trial.key], metric) if trial.key in stored else None
         shown = "" if value is None else f"{value:.4g}"
         mark = "*" if trial.sweep and trial.key in tuned else " "
-        status = statuses.get(trial.key, Status.PENDING)
+        status = status_of(suite, trial, statuses)
         lines.append(f"{trial.key[:12]}  {status:>8}  {shown:>9} {mark} {trial.label}")
     return lines
 

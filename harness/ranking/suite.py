@@ -18,7 +18,7 @@ from harness.ranking.outcomes import Target, each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
 from harness.spec.declaration import RankingDeclaration
-from harness.spec.schema import Claim, RankSpec, Suite
+from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
 from harness.store.coverage import unstored_notes
 from harness.store.nightly import latest_results
 from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
@@ -49,6 +49,8 @@ class RankPlan:
     unstored: tuple[str, ...] | None = None
     """Why planned trials have no stored result (`harness.store.coverage.unstored_notes`); None
     when not known (a recorded plan): `rank_suite` then states only their number."""
+    schedule: SeedSchedule | None = None
+    """The suite's sequential seeds, if any: claims get anytime-valid verdicts."""
 
 
 def plan_of(suite: Suite, keys: list[str], unstored: tuple[str, ...] | None = None) -> RankPlan:
@@ -62,6 +64,7 @@ def plan_of(suite: Suite, keys: list[str], unstored: tuple[str, ...] | None = No
         claims=declared.expect,
         models=declared.models,
         unstored=unstored,
+        schedule=declared.schedule,
     )
 
 
@@ -99,6 +102,7 @@ def recorded(engine: Engine, suite: str) -> RankPlan:
         warnings=warnings,
         claims=declared.expect,
         models=declared.models,
+        schedule=declared.schedule,
     )
 
 
@@ -211,4 +215,5 @@ def claim_findings(
         tuning=spec.tuning,
         alpha=spec.alpha if alpha is None else alpha,
         models=plan.models,
+        schedule=plan.schedule,
     )

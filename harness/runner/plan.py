@@ -38,6 +38,7 @@ from harness.registry import (
 )
 from harness.spec.resolve import (
     matrix_cells,
+    resolve_compile,
     resolve_precision,
     resolved_optimizer,
     trial_settings,
@@ -120,10 +121,13 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
     trials = []
     for method, model, task in matrix_cells(suite):
         for point, settings in settings_of[method]:
-            for seed in suite.seeds:
+            for seed in suite.seed_list:
                 resolved_settings = settings.model_dump(mode="json")
                 resolved_settings["optimizer"] = resolved_optimizer(
                     resolved_settings["optimizer"], settings.device, cuda
+                )
+                resolved_settings["train"]["compile"] = resolve_compile(
+                    settings.train.compile, settings.device, cuda
                 )
                 config = {
                     **resolved_settings,

@@ -41,7 +41,8 @@ from harness.registry import (
 )
 from harness.runner.plan import section, trial_versions
 from harness.runner.posttrain import compress
-from harness.spec.resolve import resolve_precision
+from harness.runner.warm import prebuilt_task
+from harness.spec.resolve import resolve_compile, resolve_precision
 from harness.spec.schema import TrialSettings
 from harness.tasks.base import Batch, Task
 from harness.tasks.corpora import ModelTokenizer
@@ -127,6 +128,8 @@ class BuiltTrial:
     seed: int
     probe_inputs: torch.Tensor
     """The fixed batch on which the layerwise diagnostics look at hidden states."""
+    loss: Callable[[nn.Module, Batch], torch.Tensor]
+    """The training loss: the task's, compiled if `train.compile` (evaluation stays eager)."""
 
 
 def prepare(config: dict[str, Any]) -> TrialSettings:
@@ -138,18 +141,20 @@ def prepare(config: dict[str, Any]) -> TrialSettings:
     settings = TrialSettings.model_validate(
         {name: config[name] for name in TrialSettings.model_fields if name in config}
     )
-    precision = resolve_precision(settings.precision, settings.device, torch.cuda.is_available())
-    return settings.model_copy(update={"precision": precision})
+    cuda = torch.cuda.is_available()
+    precision = resolve_precision(settings.precision, settings.device, cuda)
+    compiled = resolve_compile(settings.train.compile, settings.device, cuda)
+    train = settings.train.model_copy(update={"compile": compiled})
+    return settings.model_copy(update={"precision": precision, "train": train})
 
 
 def build(config: dict[str, Any], settings: TrialSettings) -> BuiltTrial:
     """The task, model, optimizer and schedule of a training trial."""
     device = resolve_device(settings.device)
-    task_entry = TASKS.entry(config["task"]["type"])
     model_entry = MODELS.entry(config["model"]["type"])
-    if not isinstance(task_entry, TrainTaskEntry) or isinstance(model_entry, PretrainedModelEntry):
+    if isinstance(model_entry, PretrainedModelEntry):
         raise TypeError("a training trial needs a trainable model and a training task")
-    task = task_entry.obj(section(task_entry, config["task"]))
+    task = prebuilt_task(config["task"]) or train_task(config["task"])
     model_spec = section(model_entry, config["model"])
     model = model_entry.obj(model_spec, settings.norm, task.vocab_size).to(device)
     optimizer = make_optimizer(model, settings.optimizer)
@@ -160,9 +165,18 @@ def build(config: dict[str, Any], settings: TrialSettings) -> BuiltTrial:
         lambda step: schedule(step, train.steps, train.warmup_steps, train.min_lr_ratio),
     )
     probe_inputs = diagnostic_inputs(task, train.batch_size).to(device)
+    loss = torch.compile(task.loss) if train.compile else task.loss
     return BuiltTrial(
-        settings, task, model, optimizer, scheduler, device, config["seed"], probe_inputs
+        settings, task, model, optimizer, scheduler, device, config["seed"], probe_inputs, loss
     )
+
+
+def train_task(spec: dict[str, Any]) -> Task:
+    """The training task of a task section (a pure function of the section)."""
+    task_entry = TASKS.entry(spec["type"])
+    if not isinstance(task_entry, TrainTaskEntry):
+        raise TypeError("a training trial needs a trainable model and a training task")
+    return task_entry.obj(section(task_entry, spec))
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
@@ -175,7 +189,7 @@ def train_step(
     """One optimizer step; returns the loss before the update. A probe sees the unscaled,
     unclipped gradients and the update."""
     with autocast(trial.device, trial.settings.precision):
-        loss = trial.task.loss(trial.model, batch)
+        loss = trial.loss(trial.model, batch)
     scaler.scale(loss).backward()
     scaler.unscale_(trial.optimizer)
     if probe is not None:

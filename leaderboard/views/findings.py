@@ -19,7 +19,11 @@ RULE = (
     "directional claims. Reproduced: significant in the expected direction (a tie: the interval "
     "inside ±margin); contradicted: significant the other way (a tie: the interval outside); "
     "else inconclusive, with the seeds a test would need for 80% power. Fragile: the verdict "
-    "differs between recipes."
+    "differs between recipes. Suites with sequential seeds (`seeds: {initial, max, step}`) use "
+    "anytime-valid confidence sequences instead, valid however many looks the run took "
+    "(Lai, 1976; Wang & Ramdas, 2023; docs/sequential.md): 'seeds used' says how many seeds "
+    "each check took, over how many looks, how it stopped (decided, futile, at max) and its "
+    "CPU seconds."
 )
 
 
