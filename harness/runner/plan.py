@@ -66,29 +66,13 @@ def key_of(
     values) is left out when empty, as in keys computed before entries had versions."""
     payload = {
         "trial": identity,
-        "config": keyed_config(config),
+        "config": config,
         "versions": packages,
         "data": fingerprint,
     }
     if versions:
         payload["method_versions"] = versions
     return hashlib.sha256(canonical(payload).encode()).hexdigest()
-
-
-ADDED_FIELDS: dict[tuple[str, str], Any] = {("train", "compile"): False}
-"""Config fields added after results were stored, with the value that does what trials did
-before the field existed: at that value a field is left out of the key (as entry versions are),
-so the stored trials keep matching; the stored config keeps it."""
-
-
-def keyed_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The config as its key hashes it: without the ADDED_FIELDS at their former behaviour."""
-    keyed = dict(config)
-    for (part, field), former in ADDED_FIELDS.items():
-        section = keyed.get(part)
-        if isinstance(section, dict) and field in section and section[field] == former:
-            keyed[part] = {k: v for k, v in section.items() if k != field}
-    return keyed
 
 
 TRAINING = ("norm.", "optimizer.", "train.")
