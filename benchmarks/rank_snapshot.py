@@ -16,11 +16,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import os
 import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 from typer.testing import CliRunner
 
@@ -47,7 +49,13 @@ def outputs() -> dict[str, str]:
     from harness.cli import app
 
     runner, found = CliRunner(), {}
-    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(ROOT):
+    # an empty cache: what a fresh clone renders, whatever data this machine has installed
+    # (compression's BIG-bench trials match only with `layerbench data install bigbench`)
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        contextlib.chdir(ROOT),
+        mock.patch.dict(os.environ, {"LAYERBENCH_CACHE": str(Path(scratch) / "cache")}),
+    ):
         for suite, db in suites():
             copy = Path(scratch) / db.name
             shutil.copyfile(db, copy)
