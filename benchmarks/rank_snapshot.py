@@ -9,10 +9,6 @@ suites/findings/NAME.yaml <-> findings-NAME.db) it runs `layerbench rank` in eac
 a fixed width, json, csv, md), plus the extra metrics the results docs rank by, on a temporary
 COPY of the database (opening a database may upgrade its schema), and compares the text with the
 recorded one. Read-only ranking: a few seconds. tests/test_rank_snapshot.py runs the comparison.
-
-It ranks with an empty LayerBench cache, so the output does not depend on what this machine has
-installed: compression's 104 BIG-bench trials then show as "task data not installed" (their keys
-hold the data's fingerprint), on every machine alike.
 """
 
 from __future__ import annotations
@@ -26,6 +22,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 from typer.testing import CliRunner
 
@@ -47,26 +44,18 @@ def suites() -> Iterator[tuple[Path, Path]]:
             yield path, DATA / f"findings-{path.stem}.db"
 
 
-@contextlib.contextmanager
-def empty_cache(scratch: str) -> Iterator[None]:
-    """LAYERBENCH_CACHE pointed at a new folder under `scratch` while ranking."""
-    before = os.environ.get("LAYERBENCH_CACHE")
-    os.environ["LAYERBENCH_CACHE"] = str(Path(scratch) / "cache")
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["LAYERBENCH_CACHE"]
-        else:
-            os.environ["LAYERBENCH_CACHE"] = before
-
-
 def outputs() -> dict[str, str]:
     """Snapshot file name -> the output of `layerbench rank`."""
     from harness.cli import app
 
     runner, found = CliRunner(), {}
-    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(ROOT), empty_cache(scratch):
+    # an empty cache: what a fresh clone renders, whatever data this machine has installed
+    # (compression's BIG-bench trials match only with `layerbench data install bigbench`)
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        contextlib.chdir(ROOT),
+        mock.patch.dict(os.environ, {"LAYERBENCH_CACHE": str(Path(scratch) / "cache")}),
+    ):
         for suite, db in suites():
             copy = Path(scratch) / db.name
             shutil.copyfile(db, copy)

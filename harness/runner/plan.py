@@ -64,7 +64,12 @@ def key_of(
 ) -> str:
     """The key from its parts; `versions` (entries and method libraries off their initial
     values) is left out when empty, as in keys computed before entries had versions."""
-    payload = {"trial": identity, "config": config, "versions": packages, "data": fingerprint}
+    payload = {
+        "trial": identity,
+        "config": config,
+        "versions": packages,
+        "data": fingerprint,
+    }
     if versions:
         payload["method_versions"] = versions
     return hashlib.sha256(canonical(payload).encode()).hexdigest()

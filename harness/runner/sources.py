@@ -68,6 +68,14 @@ def implementation(value: Any) -> bool:
     )
 
 
+def constant(value: Any) -> bool:
+    """A module constant whose value is written in the code (a number, a string, a tuple of
+    them...): its value counts in the digest of the code that names it."""
+    if isinstance(value, tuple | frozenset):
+        return all(constant(item) for item in value)
+    return isinstance(value, int | float | str | bytes | bool) or value is None
+
+
 def without_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Module):
@@ -125,7 +133,12 @@ def source_of(target: Any) -> Source:
         seen[name] = ast.dump(tree)
         libraries.update(imported_libraries(tree))
         namespace = vars(sys.modules[obj.__module__])
-        pending += [value for value in referenced(tree, namespace) if implementation(value)]
+        for value in referenced(tree, namespace):
+            if implementation(value):
+                pending.append(value)
+            elif constant(value):
+                seen[f"{name}:{value!r}"] = ""
+
     digest = hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()
     return Source(digest, tuple(sorted(libraries)))
 

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from multiprocessing import forkserver
 from typing import TYPE_CHECKING, Any
 
+from harness.logs import detach_stream_handlers
 from harness.records import PlannedTrial
 
 if TYPE_CHECKING:
@@ -132,3 +133,5 @@ def warm_up_from_env() -> None:
         warm_up(json.loads(os.environ.get(WARM_ENV) or "{}"))
     except Exception:
         log.warning("warm: the fork server was not warmed", exc_info=True)
+    finally:
+        detach_stream_handlers()  # those the lazy imports attached (see harness/logs.py)

@@ -37,11 +37,11 @@ not installed, a config of an older schema): such a trial is left out of `stale_
 def not_installed(config: dict[str, Any]) -> str | None:
     """The reason a trial with this config cannot find its stored result here: its task's data
     or its model is not installed (with the command that installs it), else None."""
-    for registry, part in ((TASKS, "task"), (MODELS, "model")):
+    for registry, part, what in ((TASKS, "task", "task data"), (MODELS, "model", "model")):
         entry = registry.entry(config[part]["type"])
         command = entry.missing(section(entry, config[part])) if entry.missing else None
         if command:
-            return f"whose {part} data is not installed here (run `{command}`)"
+            return f"whose {what} is not installed here (run `{command}`)"
     return None
 
 
