@@ -25,7 +25,7 @@ from harness.ranking.sequential import (
     log_mixture,
     look_sizes,
 )
-from harness.ranking.suite import RankPlan
+from harness.ranking.suite import RankPlan, claim_findings
 from harness.records import PlannedTrial
 from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
 from harness.store.db import open_database
@@ -173,6 +173,9 @@ def test_without_claims_each_method_is_compared_with_the_baseline() -> None:
     plan = RankPlan("suite", [], "base", RankSpec(), (), (), ("m",), SCHEDULE)
     found = look(plan, SCHEDULE, outcomes)
     assert set(found.wanted) == {("base", "m", "t"), ("near", "m", "t")}
+    # and `rank` shows these comparisons' anytime-valid verdicts as findings
+    shown = {f.method: f.verdict for f in claim_findings(plan, outcomes)}
+    assert shown == {"far": "contradicted", "near": "inconclusive"}  # "better": far is worse
 
 
 @dataclass(frozen=True)

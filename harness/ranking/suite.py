@@ -165,20 +165,45 @@ def rank_suite(
         examples=examples,
     )
     found = [] if all_points else claim_findings(plan, outcomes, ranking.alpha)
-    return replace(ranking, warnings=[*plan.warnings, *ranking.warnings], findings=found)
+    warnings = [*plan.warnings, *ranking.warnings]
+    if plan.schedule is not None:
+        warnings.append(SEQUENTIAL_WARNING)
+    return replace(ranking, warnings=warnings, findings=found)
+
+
+IMPLICIT_SOURCE = "each method against the baseline (sequential seeds, no `expect` claims)"
+SEQUENTIAL_WARNING = (
+    "sequential seeds: each method's seeds were chosen by the run's looks, so the p-values and "
+    "verdicts of the tables above are fixed-n tests on data-dependent seeds; the anytime-valid "
+    "verdicts are the Findings' (docs/sequential.md)"
+)
+
+
+def compared_claims(plan: RankPlan, outcomes: Sequence[TrialOutcome]) -> tuple[Claim, ...]:
+    """The plan's `expect` claims; under sequential seeds without claims, each method against
+    the baseline (two-sided: `better` is decided either way), the comparisons that steer the
+    seeds (`harness.ranking.rounds`)."""
+    if plan.claims or plan.schedule is None or plan.baseline is None:
+        return plan.claims
+    methods = sorted({o.method for o in outcomes} - {plan.baseline})
+    return tuple(
+        Claim(method=m, than=plan.baseline, direction="better", source=IMPLICIT_SOURCE)
+        for m in methods
+    )
 
 
 def claim_findings(
     plan: RankPlan, outcomes: Sequence[TrialOutcome], alpha: float | None = None
 ) -> list[Finding]:
-    """The verdicts of the plan's `expect` claims on these outcomes, tuned the way its `rank`
-    section says (`alpha`: the suite's unless given)."""
-    if not plan.claims:
+    """The verdicts of the plan's claims (`compared_claims`) on these outcomes, tuned the way
+    its `rank` section says (`alpha`: the suite's unless given)."""
+    claims = compared_claims(plan, outcomes)
+    if not claims:
         return []
     spec = plan.spec
     return findings(
         outcomes,
-        plan.claims,
+        claims,
         baseline=plan.baseline,
         metric=spec.metric,
         tune_metric=spec.tune_metric,
