@@ -157,7 +157,7 @@ def test_only_the_two_methods_of_an_open_claim_get_more_seeds() -> None:
         Claim(method="a", than="b", direction="better", source="clear"),
         Claim(method="c", than="d", direction="better", source="open"),
     )
-    plan = RankPlan("suite", [], None, RankSpec(), (), claims, ("m",), SCHEDULE)
+    plan = RankPlan("suite", [], None, RankSpec(), claims=claims, models=("m",), schedule=SCHEDULE)
     found = look(plan, SCHEDULE, outcomes)
     assert found.wanted == {("c", "m", "t"): 6, ("d", "m", "t"): 6}
     wanted = wanted_trials(found, planned(["a", "b", "c", "d"]))
@@ -170,7 +170,7 @@ def test_without_claims_each_method_is_compared_with_the_baseline() -> None:
     outcomes = []
     for method, mean, sd in [("base", 2.0, 0.01), ("far", 4.0, 0.01), ("near", 2.0, 0.3)]:
         outcomes += [outcome(method, s, mean + sd * rng.standard_normal()) for s in range(3)]
-    plan = RankPlan("suite", [], "base", RankSpec(), (), (), ("m",), SCHEDULE)
+    plan = RankPlan("suite", [], "base", RankSpec(), models=("m",), schedule=SCHEDULE)
     found = look(plan, SCHEDULE, outcomes)
     assert set(found.wanted) == {("base", "m", "t"), ("near", "m", "t")}
     # and `rank` shows these comparisons' anytime-valid verdicts as findings

@@ -90,11 +90,12 @@ def plan_lines(
     return lines
 
 
-def current_plan(suite: Suite) -> RankPlan:
-    """What `rank` ranks of a suite file: its trials as planned now."""
-    from harness.ranking.suite import plan_of
+def current_plan(suite: Suite, engine: Engine) -> RankPlan:
+    """What `rank` ranks of a suite file: its trials as planned now (and why some have no
+    stored result)."""
+    from harness.ranking.suite import planned
 
-    return plan_of(suite, [trial.key for trial in plan_suite(suite)])
+    return planned(engine, suite, plan_suite(suite))
 
 
 def build_ranking(
@@ -105,7 +106,7 @@ def build_ranking(
     from harness.ranking.suite import rank_suite
 
     try:
-        return rank_suite(engine, current_plan(suite), metric=metric, all_points=all_points)
+        return rank_suite(engine, current_plan(suite, engine), metric=metric, all_points=all_points)
     except RegistryError as error:
         raise fail(str(error)) from None
 
@@ -144,11 +145,11 @@ def rank_command(
     if not is_format(format):
         raise fail(f"--format must be one of {', '.join(FORMATS)} (got '{format}')")
     suite = load(suite_path)
-    ranking = build_ranking(suite, open_db(db), metric, all_points)
+    engine = open_db(db)
+    ranking = build_ranking(suite, engine, metric, all_points)
     if ranking is None:
-        raise fail(
-            f"no stored results for suite '{suite.suite}': run `layerbench run {suite_path}`"
-        )
+        why = "".join(f"\n{line}" for line in current_plan(suite, engine).unstored or ())
+        raise fail(f"no stored results for suite '{suite.suite}'{why}")
     if format == "table":
         print_ranking(ranking, width)
     else:
@@ -170,7 +171,8 @@ def report(
     suite = load(suite_path)
     try:
         folder = out or Path("reports") / suite.suite
-        path = write_report(open_db(db), suite, current_plan(suite), folder, metric)
+        engine = open_db(db)
+        path = write_report(engine, suite, current_plan(suite, engine), folder, metric)
     except (ReportError, RegistryError) as error:
         raise fail(str(error)) from None
     console.print(f"wrote {path}")
@@ -178,9 +180,16 @@ def report(
 
 @app.command()
 def status(db: DbOption = None) -> None:
-    """Trials stored per suite and status."""
-    rows = status_counts(open_db(db))
+    """Trials stored per suite and status, and those no longer current here (superseded by a
+    version change, or their data not installed)."""
+    from harness.store.coverage import stale_counts, stale_trials
+
+    engine = open_db(db)
+    rows = status_counts(engine)
     if not rows:
         console.print("no trials stored")
     for suite, trial_status, count in rows:
         console.print(f"{suite:<30} {trial_status:<9} {count}")
+    for suite, reason, count in stale_counts(stale_trials(engine)):
+        line = f"{suite:<30} not current: {count} {reason}"
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
