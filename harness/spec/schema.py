@@ -97,7 +97,8 @@ class TrainSpec(StrictModel):
     diagnostics: bool = True  # layerwise statistics at every evaluation (SPEC 5.7)
     compile: bool | Literal["auto"] = "auto"
     """`torch.compile` (inductor) the training step's forward and backward; evaluation stays
-    eager. `auto`: on for CUDA, off on the CPU (the trial's config holds the resolved value)."""
+    eager. `auto`: on for CUDA, off on the CPU. The planned trial's config holds `true` when it
+    compiles and nothing when it runs eager (so eager trials keep their keys)."""
 
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -172,10 +173,25 @@ class MatrixEntry(StrictModel):
 
 
 class TargetSpec(StrictModel):
-    """A value of `metric` to reach: one for every task, or a map task -> value (AlgoPerf)."""
+    """A value of `metric` to reach: one for every task, or a map task -> value (AlgoPerf sets
+    one target per workload)."""
+
+    model_config = ConfigDict(frozen=True)
 
     metric: str
     value: float | dict[str, float]
+
+    def value_for(self, task: str) -> float | None:
+        """The target of `task`; None when a per-task target names no value for it."""
+        if isinstance(self.value, dict):
+            return self.value.get(task)
+        return self.value
+
+    def describe(self) -> str:
+        if isinstance(self.value, dict):
+            values = ", ".join(f"{task} {value:g}" for task, value in self.value.items())
+            return f"{self.metric} = {values}"
+        return f"{self.metric} = {self.value:g}"
 
 
 Tuning = Literal["per_method", "per_seed"]

@@ -7,29 +7,37 @@ from typing import Any
 import streamlit as st
 
 from harness.core import Status
-from harness.ranking import Ranking, overall_table
-from harness.ranking.table import ci_label, title
+from harness.ranking import Ranking, group_table, overall_table
+from harness.ranking.table import Table, title
 from leaderboard.state import Context, board, current
 from leaderboard.tables import all_failed, ranked_statuses, rows_frame, summary_frame
 from leaderboard.text import plain
 
 NUMBER = st.column_config.NumberColumn
+# the display of each column, by its key (harness.ranking.table.Column)
 SUMMARY_FORMATS = {
-    "mean win rate": NUMBER(format="%.3f"),
-    "mean rank": NUMBER(format="%.2f"),
-    "mean / baseline": NUMBER(format="%.4g"),
+    "mean_win_rate": {"format": "%.3f"},
+    "mean_rank": {"format": "%.2f"},
+    "normalized": {"format": "%.4g"},
+}
+ROW_FORMATS = {
+    "mean": {"format": "%.4g", "help": "empty when a seed failed: it has no finite value"},
+    "ci": {"format": "%.2g", "help": "half-width of the 95% CI of the mean"},
+    "delta": {"format": "%+.3g"},
+    "p_value": {"format": "%.3g", "help": "paired test vs the baseline, Holm-corrected"},
+    "win_rate": {"format": "%.3f", "help": "HELM win rate: ties (p >= alpha) count half"},
+    "n_failed": {"help": "diverged, failed or timed-out seeds, or done without the metric"},
+    "seeds_needed": {"help": "seeds a paired t-test needs to detect this Δ (80% power)"},
 }
 
 
-def row_formats(ranking: Ranking) -> dict[str, Any]:
+def column_config(table: Table, formats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Streamlit's column configuration of a table's frame (columns named by their labels),
+    chosen by each column's key."""
     return {
-        "mean": NUMBER(format="%.4g", help="empty when a seed failed: it has no finite value"),
-        ci_label(ranking): NUMBER(format="%.2g", help="half-width of the 95% CI of the mean"),
-        "Δ vs baseline": NUMBER(format="%+.3g"),
-        "p (Holm)": NUMBER(format="%.3g", help="paired test vs the baseline, Holm-corrected"),
-        "win rate": NUMBER(format="%.3f", help="HELM win rate: ties (p >= alpha) count half"),
-        "seeds failed": NUMBER(help="failed, diverged or timed-out seeds: worse than any value"),
-        "seeds needed": NUMBER(help="seeds a paired t-test needs to detect this Δ (80% power)"),
+        column.label: NUMBER(**formats[column.key])
+        for column in table.columns
+        if column.key in formats
     }
 
 
@@ -46,13 +54,14 @@ def render(context: Context) -> None:
         st.warning(plain(warning))  # it names methods: literal text, not Markdown
     if all_failed(ranking):
         st.warning(failure_message(ranking))
-    st.subheader(overall_table(ranking).title)
-    st.dataframe(
-        summary_frame(ranking, ranked.families), hide_index=True, column_config=SUMMARY_FORMATS
-    )
+    overall = overall_table(ranking)
+    st.subheader(overall.title)
+    summary = summary_frame(ranking, ranked.families)
+    st.dataframe(summary, hide_index=True, column_config=column_config(overall, SUMMARY_FORMATS))
     st.subheader("By task and model")
-    table = rows_frame(ranking, ranked.families)
-    st.dataframe(table, hide_index=True, column_config=row_formats(ranking))
+    rows = rows_frame(ranking, ranked.families)
+    formats = column_config(group_table(ranking), ROW_FORMATS)
+    st.dataframe(rows, hide_index=True, column_config=formats)
 
 
 def caption(ranking: Ranking) -> str:
