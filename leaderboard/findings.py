@@ -18,8 +18,11 @@ COLUMNS = [
     "claim",
     "expected",
     "observed Δ ± 95% CI",
+    "p (Holm)",
+    "median Δ, sign test",
     "verdict",
     "seeds needed",
+    "notes",
     "seeds used",
     "compare",
 ]
@@ -47,9 +50,11 @@ def observed(check: RecipeCheck, several: bool) -> str:
         if check.ci_low is not None and check.ci_high is not None
         else ""
     )
-    failures = f", {check.failed[0]} vs {check.failed[1]} failed seeds" if any(check.failed) else ""
+    failures = (
+        f", {check.failed[0]} vs {check.failed[1]} diverged seeds" if any(check.failed) else ""
+    )
     note = verdict_note(check.sequential)
-    suffix = f" ({check.verdict}{failures})" if several else failures
+    suffix = f" ({check.verdict_text}{failures})" if several else failures
     suffix += f" ({note})" if note else ""
     return f"{lead}{check.delta:+.3g}{interval}{suffix}"
 
@@ -65,6 +70,35 @@ def seeds_used(finding: Finding, several: bool) -> str:
 
 def verdict(finding: Finding) -> str:
     return finding.verdict_text
+
+
+def recipe_lead(check: RecipeCheck, several: bool) -> str:
+    return f"{check.model}: " if several else ""
+
+
+def holm_p(check: RecipeCheck, several: bool) -> str | None:
+    if check.p_value is None:
+        return None
+    return f"{recipe_lead(check, several)}{check.p_value:.3g}"
+
+
+def secondary(check: RecipeCheck, several: bool) -> str | None:
+    """The median paired difference and the exact sign test (one catastrophic seed shows)."""
+    if check.median_delta is None:
+        return None
+    sign = "" if check.sign_p is None else f", sign p {check.sign_p:.3g}"
+    counts = f" ({check.signs[0]}+/{check.signs[1]}-)"
+    return f"{recipe_lead(check, several)}{check.median_delta:+.3g}{sign}{counts}"
+
+
+def notes(check: RecipeCheck, several: bool) -> str | None:
+    """Trivial-predictor annotations, excluded seeds, why no seeds are needed."""
+    found = [text for text in (check.annotation, check.needed_note) if text]
+    return f"{recipe_lead(check, several)}{'; '.join(found)}" if found else None
+
+
+def joined(values: Iterable[str | None]) -> str:
+    return "; ".join(value for value in values if value)
 
 
 def compare_link(suite: str, finding: Finding) -> str | None:
@@ -99,8 +133,11 @@ def findings_frame(by_suite: Iterable[tuple[str, list[Finding]]]) -> pd.DataFram
                     finding.claim,
                     expected(finding),
                     "; ".join(observed(c, several) for c in finding.checks) or "no results",
+                    joined(holm_p(c, several) for c in finding.checks),
+                    joined(secondary(c, several) for c in finding.checks),
                     verdict(finding),
                     ", ".join(needed),
+                    joined(notes(c, several) for c in finding.checks),
                     seeds_used(finding, several),
                     compare_link(suite, finding),
                 ]

@@ -144,6 +144,7 @@ def test_findings_under_a_schedule_record_n_looks_stopping_and_cpu_seconds() -> 
     record = check.sequential
     assert record is not None
     assert (record.n, record.looks, record.stopped, record.cpu_s) == (3, 1, "decided", 12.0)
+    assert check.ci_level == pytest.approx(1 - record.level)  # the interval's own level
     assert check.p_value is not None and check.p_value < 0.05
     assert finding.to_dict()["checks"][0]["sequential"]["stopped"] == "decided"
 
