@@ -24,7 +24,7 @@ from harness.ranking.sequential import (
     log_mixture,
     look_sizes,
 )
-from harness.ranking.suite import RankPlan
+from harness.ranking.suite import RankPlan, claim_findings
 from harness.records import PlannedTrial
 from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
 from harness.store.db import open_database
@@ -144,6 +144,7 @@ def test_findings_under_a_schedule_record_n_looks_stopping_and_cpu_seconds() -> 
     record = check.sequential
     assert record is not None
     assert (record.n, record.looks, record.stopped, record.cpu_s) == (3, 1, "decided", 12.0)
+    assert check.ci_level == pytest.approx(1 - record.level)  # the interval's own level
     assert check.p_value is not None and check.p_value < 0.05
     assert finding.to_dict()["checks"][0]["sequential"]["stopped"] == "decided"
 
@@ -157,7 +158,7 @@ def test_only_the_two_methods_of_an_open_claim_get_more_seeds() -> None:
         Claim(method="a", than="b", direction="better", source="clear"),
         Claim(method="c", than="d", direction="better", source="open"),
     )
-    plan = RankPlan("suite", [], None, RankSpec(), (), claims, ("m",), SCHEDULE)
+    plan = RankPlan("suite", [], None, RankSpec(), claims=claims, models=("m",), schedule=SCHEDULE)
     found = look(plan, SCHEDULE, outcomes)
     assert found.wanted == {("c", "m", "t"): 6, ("d", "m", "t"): 6}
     wanted = wanted_trials(found, planned(["a", "b", "c", "d"]))
@@ -170,9 +171,12 @@ def test_without_claims_each_method_is_compared_with_the_baseline() -> None:
     outcomes = []
     for method, mean, sd in [("base", 2.0, 0.01), ("far", 4.0, 0.01), ("near", 2.0, 0.3)]:
         outcomes += [outcome(method, s, mean + sd * rng.standard_normal()) for s in range(3)]
-    plan = RankPlan("suite", [], "base", RankSpec(), (), (), ("m",), SCHEDULE)
+    plan = RankPlan("suite", [], "base", RankSpec(), models=("m",), schedule=SCHEDULE)
     found = look(plan, SCHEDULE, outcomes)
     assert set(found.wanted) == {("base", "m", "t"), ("near", "m", "t")}
+    # and `rank` shows these comparisons' anytime-valid verdicts as findings
+    shown = {f.method: f.verdict for f in claim_findings(plan, outcomes)}
+    assert shown == {"far": "contradicted", "near": "inconclusive"}  # "better": far is worse
 
 
 @dataclass(frozen=True)

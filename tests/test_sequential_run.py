@@ -76,6 +76,7 @@ def test_a_claim_decided_at_the_initial_seeds_stops_there(tmp_path: Path) -> Non
     plan = layerbench("plan", str(suite), "--db", db)
     assert "6 initial trials (seeds 0-2)" in plan.stdout and "at most 24 trials" in plan.stdout
     ran = layerbench("run", str(suite), "--db", db, "--no-mlflow")
+    assert "6 trials, 0 stored, 6 to run (sequential seeds: at most 24 trials)" in ran.stdout
     assert "look 1:" in ran.stdout and "(decided)" in ran.stdout
     assert stored_seeds(db) == {"trains": {0, 1, 2}, "frozen": {0, 1, 2}}
     ranked = json.loads(layerbench("rank", str(suite), "--db", db, "--format", "json").stdout)

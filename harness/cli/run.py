@@ -118,8 +118,9 @@ def execute(
 
 
 def announce(plan: RunPlan) -> None:
+    most = f" (sequential seeds: at most {plan.n_most} trials)" if plan.n_most else ""
     console.print(
-        f"{plan.suite}: {plan.n_trials} trials, {plan.n_stored} stored, {plan.n_todo} to run"
+        f"{plan.suite}: {plan.n_trials} trials, {plan.n_stored} stored, {plan.n_todo} to run" + most
     )
 
 

@@ -565,7 +565,7 @@ def _decide(
         verdict=verdict,
         decided_by=decided_by,
         failed=check.failures,
-        ci_level=1 - 2 * alpha if claim.direction == "tie" else 1 - alpha,
+        ci_level=_ci_level(claim, alpha, sequential),
         p_raw=None if verdict == NOT_TESTED else check.p,
         holm_ci=None if verdict == NOT_TESTED else holm_ci,
         holm_level=None if verdict == NOT_TESTED else holm_level,
@@ -580,6 +580,14 @@ def _decide(
         names=check.names,
         sequential=sequential.record if sequential is not None else None,
     )
+
+
+def _ci_level(claim: Claim, alpha: float, sequential: CheckDecision | None) -> float:
+    """The interval's level: a tie's 1 - 2 alpha (Schuirmann), else 1 - alpha; under sequential
+    seeds the confidence sequence's own (1 - alpha / m directional, 1 - alpha for a tie)."""
+    if sequential is not None:
+        return 1 - sequential.record.level
+    return 1 - 2 * alpha if claim.direction == "tie" else 1 - alpha
 
 
 def _sequential_verdict(claim: Claim, decision: CheckDecision, favours: int) -> Verdict:

@@ -11,19 +11,17 @@ policy of a run (`trials(round)`: the next batch given the stored outcomes); the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from harness.core import CellKey, TrialOutcome, cell_of
-from harness.ranking.findings import Finding, findings
-from harness.ranking.suite import RankPlan, plan_of
+from harness.ranking.findings import Finding
+from harness.ranking.suite import RankPlan, claim_findings, plan_of
 from harness.records import PlannedTrial
-from harness.spec.schema import Claim, SeedSchedule, Suite
+from harness.spec.schema import SeedSchedule, Suite
 
 if TYPE_CHECKING:
     from harness.service.run import Round
-
-IMPLICIT_SOURCE = "each method against the baseline (no `expect` claims)"
 
 
 @dataclass(frozen=True)
@@ -59,34 +57,9 @@ class Look:
         return out
 
 
-def comparisons(plan: RankPlan, methods: Sequence[str]) -> tuple[Claim, ...]:
-    """The claims that steer the seeds: the suite's, or each method against the baseline
-    (two-sided: "better" is decided either way)."""
-    if plan.claims or plan.baseline is None:
-        return plan.claims
-    return tuple(
-        Claim(method=m, than=plan.baseline, direction="better", source=IMPLICIT_SOURCE)
-        for m in methods
-        if m != plan.baseline
-    )
-
-
 def look(plan: RankPlan, schedule: SeedSchedule, outcomes: Sequence[TrialOutcome]) -> Look:
     """The findings of the stored outcomes and the seeds the open comparisons need next."""
-    methods = sorted({o.method for o in outcomes})
-    claims = comparisons(plan, methods)
-    spec = plan.spec
-    found = findings(
-        outcomes,
-        claims,
-        baseline=plan.baseline,
-        metric=spec.metric,
-        tune_metric=spec.tune_metric,
-        tuning=spec.tuning,
-        alpha=spec.alpha,
-        models=plan.models,
-        schedule=schedule,
-    )
+    found = claim_findings(replace(plan, schedule=schedule), outcomes)
     seeds: dict[CellKey, set[int]] = {}
     for o in outcomes:
         seeds.setdefault(cell_of(o), set()).add(o.seed)

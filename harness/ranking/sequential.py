@@ -55,13 +55,13 @@ import numpy as np
 
 MIXTURE_CS = (0.01, 1.0)
 """The mixture precisions c, averaged with equal weights (an average of e-processes is one): 1
-for effects of 0.5-2 paired sd within 24 seeds, 0.01 so that a difference of many sds (a method
-that fails to train) is decided at the first looks (docs/sequential.md)."""
+aims at effects of 0.5-2 paired sd within 24 seeds; 0.01 lets a difference of many sds (a method
+that fails to train) be decided at 3 seeds, which c = 1 alone never can (its mixture stays below
+20 before n = 5). Power and seeds used: docs/sequential.md."""
 FUTILITY = 0.1
 """Below this conditional power a check gets no further seeds..."""
 FUTILITY_FROM_LOOK = 2
-"""...from its second look on: the sd of the initial seeds alone is too noisy (futility at the
-first look cost a tenth of the power at 1 paired sd, docs/sequential.md)."""
+"""...from its second look on: the sd of the initial seeds alone is too noisy to give up on."""
 DETECT_POWER = 0.8
 
 Stopped = Literal["decided", "futile", "max"]

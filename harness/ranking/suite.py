@@ -227,12 +227,35 @@ def rank_suite(
     ranking = rank(outcomes, overrides.spec(plan.spec), chosen, examples=examples)
     found: list[Finding] = []
     notes: list[str] = []
-    if not overrides.all_points and plan.claims:
+    if not overrides.all_points and compared_claims(plan, outcomes):
         tasks = plan.tasks if plan.tasks is not None else task_sections(engine, plan.keys)
         levels, notes = trivial_levels(tasks)
         found = claim_findings(plan, outcomes, ranking.alpha, levels)
     warnings = [*gaps, *plan.warnings, *ranking.warnings, *notes]
+    if plan.schedule is not None:
+        warnings.append(SEQUENTIAL_WARNING)
     return replace(ranking, warnings=warnings, findings=found)
+
+
+IMPLICIT_SOURCE = "each method against the baseline (sequential seeds, no `expect` claims)"
+SEQUENTIAL_WARNING = (
+    "sequential seeds: each method's seeds were chosen by the run's looks, so the p-values and "
+    "verdicts of the tables above are fixed-n tests on data-dependent seeds; the anytime-valid "
+    "verdicts are the Findings' (docs/sequential.md)"
+)
+
+
+def compared_claims(plan: RankPlan, outcomes: Sequence[TrialOutcome]) -> tuple[Claim, ...]:
+    """The plan's `expect` claims; under sequential seeds without claims, each method against
+    the baseline (two-sided: `better` is decided either way), the comparisons that steer the
+    seeds (`harness.ranking.rounds`)."""
+    if plan.claims or plan.schedule is None or plan.baseline is None:
+        return plan.claims
+    methods = sorted({o.method for o in outcomes} - {plan.baseline})
+    return tuple(
+        Claim(method=m, than=plan.baseline, direction="better", source=IMPLICIT_SOURCE)
+        for m in methods
+    )
 
 
 def claim_findings(
@@ -241,17 +264,18 @@ def claim_findings(
     alpha: float | None = None,
     trivial: TrivialLevels | None = None,
 ) -> list[Finding]:
-    """The verdicts of the plan's `expect` claims on these outcomes, tuned the way its `rank`
-    section says (`alpha`: the suite's unless given; `trivial`: the tasks' trivial levels,
-    computed from the plan's task sections unless given)."""
-    if not plan.claims:
+    """The verdicts of the plan's claims (`compared_claims`) on these outcomes, tuned the way
+    its `rank` section says (`alpha`: the suite's unless given; `trivial`: the tasks' trivial
+    levels, computed from the plan's task sections unless given)."""
+    claims = compared_claims(plan, outcomes)
+    if not claims:
         return []
     if trivial is None:
         trivial = trivial_levels(plan.tasks or {})[0]
     spec = plan.spec
     return findings(
         outcomes,
-        plan.claims,
+        claims,
         baseline=plan.baseline,
         metric=spec.metric,
         tune_metric=spec.tune_metric,

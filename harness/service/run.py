@@ -145,7 +145,10 @@ class RunPlan:
 
     suite: str
     n_trials: int
+    """The trials the first round asks for (every selected trial of a fixed design)."""
     n_todo: int
+    n_most: int | None = None
+    """With sequential seeds: the selected trials up to `max` seeds (later rounds may run)."""
 
     @property
     def n_stored(self) -> int:
@@ -216,8 +219,10 @@ def run_suite(
     selected = select_trials(planned, options.only) if options.only else planned
     trials = record.trials(store, suite, selected)
     outcome = SuiteRunResult(trials)
-    batch = _todo(store, policy.trials(Round(0, trials, store, {})), options)
-    display.announce(RunPlan(suite.suite, len(trials), len(batch)))
+    asked = policy.trials(Round(0, trials, store, {}))
+    batch = _todo(store, asked, options)
+    most = len(trials) if suite.schedule is not None else None
+    display.announce(RunPlan(suite.suite, len(asked), len(batch), most))
     tracking = _tracking(store, suite, tracker, bool(batch))
     with record.open(store, suite, trials, len(batch)) as run:
         if run is not None:
