@@ -301,6 +301,7 @@ def rank_command(
 ) -> None:
     """Rank the suite's methods from the stored results of its current trials."""
     from harness.ranking import FORMATS, format_ranking, is_format
+    from harness.ranking.render import to_json
 
     if not is_format(format):
         raise fail(f"--format must be one of {', '.join(FORMATS)} (got '{format}')")
@@ -312,6 +313,8 @@ def rank_command(
         )
     if format == "table":
         print_ranking(ranking, width)
+    elif format == "json":
+        typer.echo(to_json(ranking, str(suite_path)))
     else:
         typer.echo(format_ranking(ranking, format))
 

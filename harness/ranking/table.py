@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from harness.ranking.findings import RecipeCheck
 
 EMPTY = "\u2013"  # an en dash
+TIE_GROUP = "tie group"
+"""The ranks the tests allow, e.g. "1-3" (`harness.ranking.ties`)."""
 NEVER = "never"
 CI_NAMES = {"t": "t-interval", "bootstrap": "percentile bootstrap", "bca": "BCa bootstrap"}
 
@@ -87,6 +89,7 @@ def title(ranking: Ranking) -> str:
 def group_header(ranking: Ranking) -> list[str]:
     header = [
         "rank",
+        TIE_GROUP,
         "method",
         "mean",
         ci_label(ranking),
@@ -135,6 +138,7 @@ def row_cells(row: RankRow, ranking: Ranking) -> list[Cell]:
         verdict_text = verdict or EMPTY
     cells = [
         Cell(row.rank, str(row.rank)),
+        text(row.tie_group),
         _method(row),
         _mean(row),
         _half_width(row),
@@ -191,7 +195,7 @@ AGGREGATE_NAMES = {
 
 def overall_table(ranking: Ranking) -> Table:
     """The methods' standing over every group, sorted by `rank.aggregate`."""
-    header = ["position", "method", "mean win rate", "mean rank", "mean / baseline"]
+    header = ["position", TIE_GROUP, "method", "mean win rate", "mean rank", "mean / baseline"]
     header += ["trials", "failed"]
     if ranking.target:
         header += ["profile score (steps)", "profile score (time)"]
@@ -199,6 +203,7 @@ def overall_table(ranking: Ranking) -> Table:
     for position, summary in enumerate(ranking.summary, start=1):
         cells = [
             Cell(position, str(position)),
+            text(summary.tie_group),
             text(summary.method),
             number(summary.mean_win_rate, ".3f"),
             number(summary.mean_rank, ".2f"),
