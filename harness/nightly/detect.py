@@ -306,6 +306,7 @@ def verdict_changes(
                 commit_after=current.git_commit,
                 detail={
                     "claim": finding.claim,
+                    "than": finding.than,
                     "source": finding.source,
                     "verdicts": [_verdict_text(old), _verdict_text(finding)],
                     "checks": [asdict(check) for check in finding.checks],
