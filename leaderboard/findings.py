@@ -1,27 +1,49 @@
-"""The Findings page's table: one row per `expect` claim of every suite that states claims, with
-its verdict from `harness.ranking.findings` (the verdicts `layerbench rank` prints)."""
+"""The Findings page's table, verdict first: one row per `expect` claim and recipe of the suites
+that state claims, with the verdicts of `harness.ranking.findings` (those `layerbench rank`
+prints). The claim is a short sentence ("mix-ln < pre-ln on val_loss"), then the recipe, the
+verdict, the difference with its interval, the seeds, and the paper as its arXiv id (the full
+source text is in the page's expander), so that nothing a reader needs is off-screen."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from urllib.parse import urlencode
 
 import pandas as pd
 
 from harness.ranking.findings import Finding, RecipeCheck
+from harness.ranking.table import EMPTY
+from harness.registry import METRICS
 
 COMPARE_PAGE = "compare"
 COLUMNS = [
-    "family",
-    "paper",
+    "suite",
     "claim",
-    "expected",
-    "observed Δ ± 95% CI",
+    "recipe",
     "verdict",
-    "seeds needed",
+    "Δ [95% CI]",
+    "seeds",
+    "paper",
     "compare",
 ]
 FAMILY_PREFIX = "findings-"
+NOT_TESTED = "not tested"
+FLIPPED = "flipped"
+VERDICT_ORDER = ["reproduced", "contradicted", FLIPPED, "inconclusive", NOT_TESTED]
+"""The order of "sort by verdict"; other labels (e.g. recipe-dependent) come after these."""
+VERDICT_COLOURS = {
+    "reproduced": "#1e8e3e",
+    "contradicted": "#d93025",
+    "inconclusive": "#b06000",
+    FLIPPED: "#8e24aa",
+    "recipe-dependent": "#8e24aa",
+    "fragile": "#8e24aa",
+    "not": "#5f6368",  # not tested, with or without a reason
+}
+ARXIV = re.compile(r"(?:arXiv:\s*|arxiv\.org/(?:abs|pdf)/)(\d{4}\.\d{4,5})", re.IGNORECASE)
+SYMBOLS = {("better", "min"): "<", ("better", "max"): ">", ("worse", "min"): ">"}
+SYMBOLS |= {("worse", "max"): "<"}
 
 
 def family(suite: str) -> str:
@@ -29,38 +51,60 @@ def family(suite: str) -> str:
     return suite.removeprefix(FAMILY_PREFIX)
 
 
-def expected(finding: Finding) -> str:
+def short_claim(finding: Finding) -> str:
+    """The claim as a short sentence: "mix-ln < pre-ln on val_loss" (< is lower: the metric's
+    better side decides the sign), "rms ≈ layer (±0.02) on val_loss" for a tie."""
     if finding.direction == "tie":
-        return f"tie within ±{finding.margin:g} {finding.metric}"
-    return f"{finding.method} {finding.direction} than {finding.than} on {finding.metric}"
+        relation = f"≈ (±{finding.margin:g})" if finding.margin is not None else "≈"
+    else:
+        relation = SYMBOLS[(finding.direction, METRICS.get(finding.metric).direction)]
+    return f"{finding.method} {relation} {finding.than} on {finding.metric}"
 
 
-def observed(check: RecipeCheck, several: bool) -> str:
-    """`recipe: Δ [low, high] verdict`, the recipe named when the claim has several."""
-    lead = f"{check.model}: " if several else ""
-    if check.delta is None:
-        return f"{lead}no paired seeds"
+def arxiv_link(source: str) -> str | None:
+    """https://arxiv.org/abs/ID of the first arXiv id the source names, if any."""
+    found = ARXIV.search(source)
+    return f"https://arxiv.org/abs/{found.group(1)}" if found else None
+
+
+def recipe(check: RecipeCheck, several_tasks: bool) -> str:
+    return f"{check.model} on {check.task}" if several_tasks else check.model
+
+
+def verdict_label(finding: Finding, check: RecipeCheck | None, several_tasks: bool) -> str:
+    """The recipe's verdict; "flipped" where it differs from the claim's first recipe."""
+    if check is None:
+        return NOT_TESTED
+    if recipe(check, several_tasks) in finding.flipped_by:
+        return f"{FLIPPED}: {check.verdict}"
+    return check.verdict
+
+
+def difference(check: RecipeCheck | None) -> str:
+    """`Δ [low, high]` (method - than), with failed seeds when they decided."""
+    if check is None or check.delta is None:
+        return EMPTY
     interval = (
         f" [{check.ci_low:+.3g}, {check.ci_high:+.3g}]"
         if check.ci_low is not None and check.ci_high is not None
         else ""
     )
-    failures = f", {check.failed[0]} vs {check.failed[1]} failed seeds" if any(check.failed) else ""
-    suffix = f" ({check.verdict}{failures})" if several else failures
-    return f"{lead}{check.delta:+.3g}{interval}{suffix}"
+    failures = f"; failed seeds {check.failed[0]} vs {check.failed[1]}" if any(check.failed) else ""
+    return f"{check.delta:+.3g}{interval}{failures}"
 
 
-def verdict(finding: Finding) -> str:
-    if finding.flipped_by:
-        return f"fragile: flips on {', '.join(finding.flipped_by)}"
-    return finding.verdict
+def seeds(check: RecipeCheck | None) -> str:
+    """Seeds used, and the seeds an inconclusive check would need."""
+    if check is None:
+        return EMPTY
+    needed = f" (needs {check.seeds_needed})" if check.seeds_needed is not None else ""
+    return f"{check.n}{needed}"
 
 
-def compare_link(suite: str, finding: Finding) -> str | None:
-    """The Compare view of the claim's first recipe, with its two methods selected."""
-    if not finding.checks:
+def compare_link(suite: str, finding: Finding, check: RecipeCheck | None) -> str | None:
+    """The Compare view of the recipe, with the claim's two methods selected."""
+    if check is None:
         return None
-    check = finding.checks[0]
     query = {
         "suite": suite,
         "task": check.task,
@@ -70,27 +114,54 @@ def compare_link(suite: str, finding: Finding) -> str | None:
     return f"{COMPARE_PAGE}?{urlencode(query)}"
 
 
-def findings_frame(by_suite: Iterable[tuple[str, list[Finding]]]) -> pd.DataFrame:
-    """One row per claim (see `COLUMNS`), suites in the order given."""
+def verdict_rank(label: str) -> int:
+    """Position of a verdict label in VERDICT_ORDER (its first word; unknown ones last)."""
+    head = label.split(":")[0].split(" (")[0]
+    return VERDICT_ORDER.index(head) if head in VERDICT_ORDER else len(VERDICT_ORDER)
+
+
+def verdict_colour(label: str) -> str:
+    """The label's colour (by its first word: "flipped: reproduced" is a flip)."""
+    for word, colour in VERDICT_COLOURS.items():
+        if label.startswith(word):
+            return colour
+    return VERDICT_COLOURS["not"]
+
+
+def findings_frame(
+    by_suite: Iterable[tuple[str, list[Finding]]], by_verdict: bool = False
+) -> pd.DataFrame:
+    """One row per claim and recipe (see `COLUMNS`), suites and claims in the order given, or
+    sorted by verdict (`VERDICT_ORDER`, stable)."""
     records = []
     for suite, findings in by_suite:
         for finding in findings:
-            several = len(finding.checks) > 1
-            needed = [
-                f"{c.model}: {c.seeds_needed}" if several else str(c.seeds_needed)
-                for c in finding.checks
-                if c.seeds_needed is not None
-            ]
-            records.append(
-                [
-                    family(suite),
-                    finding.source,
-                    finding.claim,
-                    expected(finding),
-                    "; ".join(observed(c, several) for c in finding.checks) or "no results",
-                    verdict(finding),
-                    ", ".join(needed),
-                    compare_link(suite, finding),
-                ]
-            )
-    return pd.DataFrame.from_records(records, columns=COLUMNS)
+            several = len({c.task for c in finding.checks}) > 1
+            checks: list[RecipeCheck | None] = list(finding.checks) or [None]
+            for check in checks:
+                records.append(
+                    [
+                        family(suite),
+                        short_claim(finding),
+                        recipe(check, several) if check else EMPTY,
+                        verdict_label(finding, check, several),
+                        difference(check),
+                        seeds(check),
+                        arxiv_link(finding.source),
+                        compare_link(suite, finding, check),
+                    ]
+                )
+    frame = pd.DataFrame.from_records(records, columns=COLUMNS)
+    if by_verdict and not frame.empty:
+        frame = frame.sort_values("verdict", key=lambda c: c.map(verdict_rank), kind="stable")
+    return frame.reset_index(drop=True)
+
+
+def sources_frame(by_suite: Iterable[tuple[str, list[Finding]]]) -> pd.DataFrame:
+    """Each claim's full source text (the paper column's id is its short form)."""
+    records = [
+        [family(suite), short_claim(finding), finding.source, finding.note]
+        for suite, findings in by_suite
+        for finding in findings
+    ]
+    return pd.DataFrame.from_records(records, columns=["suite", "claim", "source", "note"])

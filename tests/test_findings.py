@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 from sqlalchemy import update
@@ -261,15 +262,19 @@ def test_the_findings_page_shows_each_claims_verdict_and_links_to_compare(tmp_pa
     at.switch_page("views/findings.py").run()
     assert not at.exception, [e.message for e in at.exception]
     frame = at.dataframe[0].value
+    assert list(frame.columns[:4]) == ["suite", "claim", "recipe", "verdict"]
     assert list(frame["verdict"]) == ["reproduced", "contradicted"]
-    assert list(frame["family"]) == ["claims", "claims"]
-    assert frame["paper"][0] == "arXiv:2002.04745, Fig. 3"
-    assert frame["observed Δ ± 95% CI"][0].startswith("+0.1")
+    assert list(frame["claim"]) == ["post-ln > pre-ln on val_loss", "post-ln < pre-ln on val_loss"]
+    assert list(frame["suite"]) == ["claims", "claims"]
+    assert frame["paper"][0] == "https://arxiv.org/abs/2002.04745"
+    assert pd.isna(frame["paper"][1])  # "made-up" names no paper
+    assert frame["Δ [95% CI]"][0].startswith("+0.1") and frame["seeds"][0] == "5"
     link = frame["compare"][0]
     assert link.startswith("compare?") and "methods=post-ln%2Cpre-ln" in link
+    assert r"arXiv\:2002.04745, Fig. 3" in at.expander[0].markdown[0].value
 
-    at.multiselect[0].set_value([]).run()
-    assert at.dataframe[0].value.empty
+    at.radio[0].set_value("claims").run()
+    assert list(at.dataframe[0].value.columns[:3]) == ["claim", "recipe", "verdict"]
 
     compare = AppTest.from_file(str(ROOT / "leaderboard" / "app.py"), default_timeout=60)
     compare.query_params.update(dict(parse_qsl(link.split("?", 1)[1])))
