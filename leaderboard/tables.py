@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from numbers import Integral, Real
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from harness.ranking import Ranking, group_table, overall_table
-from harness.ranking.table import values
+from harness.ranking.table import EMPTY, values
 from harness.records import FAILED_STATUSES
 from leaderboard.data import RunInfo
+
+if TYPE_CHECKING:
+    from pandas.io.formats.style import Styler
 
 MARKS = {"better": "▲ better", "worse": "▼ worse", "tie": "= tie", "baseline": "baseline"}
 STATUS_COLUMNS = ["family", "diverged", "failed", "n"]
@@ -85,3 +90,26 @@ def alerts_on_history(history: pd.DataFrame, alerts: pd.DataFrame, metric: str) 
         left_on=["suite_run_id", "task", "model", "method"],
         right_on=["run_id", "task", "model", "method"],
     ).drop(columns=["run_id"])
+
+
+def shown(value: Any) -> str:
+    """A cell as the board shows it by default: integers whole, other numbers to 4 digits."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return str(value)
+    if isinstance(value, Integral) or float(value).is_integer():
+        return str(int(value))
+    return format(float(value), ".4g")
+
+
+def dashed(frame: pd.DataFrame, formats: Mapping[str, str] | None = None) -> Styler:
+    """The frame as the board shows it: an empty value (None, NaN) as an en dash (the terminal's and
+    markdown's EMPTY), numbers by `formats` (format specs by column) or `shown`. The data under
+    it, which sorting and the tests read, keeps its values."""
+    styler = frame.style.format(shown, na_rep=EMPTY)
+    specs = {column: spec for column, spec in (formats or {}).items() if column in frame}
+    if specs:
+        styler = styler.format(
+            {column: (lambda x, spec=spec: format(x, spec)) for column, spec in specs.items()},
+            na_rep=EMPTY,
+        )
+    return styler

@@ -213,6 +213,23 @@ def test_trial_page_shows_a_trial_and_links_its_mlflow_run(
     assert at.subheader[0].value == "post-ln / gpt-2l / bytes / seed 1"
     assert "Status: **diverged** at step 200" in at.markdown[0].value
     assert at.link_button[0].proto.url == "http://mlflow.test:5000/#/runs/abc123"
+    command = at.code[-1]
+    assert command.value == (
+        "layerbench run SUITE.yaml --only method=post-ln,model=gpt-2l,task=bytes,seed=1 --force "
+        f"--db {os.environ['LAYERBENCH_DB']}"
+    )
+
+
+def test_trial_page_plots_val_loss_when_the_ranked_metric_has_no_series(
+    tiny_suite_db: Path,
+) -> None:
+    at = run_app("trial")
+    at.selectbox(key="metric:tiny").set_value("effective_bits").run()
+    assert not at.exception, [e.message for e in at.exception]
+    captions = [caption.value for caption in at.caption]
+    assert r"No effective\_bits series is stored for this trial: showing val\_loss." in captions
+    (chart,) = at.get("plotly_chart")
+    assert "val_loss" in chart.proto.spec
 
 
 def test_history_marks_nightly_alerts_on_the_curve_and_filters_regressions(

@@ -7,29 +7,47 @@ from typing import Any
 import streamlit as st
 
 from harness.ranking import Ranking, overall_table
-from harness.ranking.table import ci_label, title
+from harness.ranking.table import TIE_GROUP, ci_label, title
 from harness.records import FAILED_STATUSES
 from leaderboard.state import Context, board, current
-from leaderboard.tables import all_failed, ranked_statuses, rows_frame, summary_frame
+from leaderboard.tables import (
+    all_failed,
+    dashed,
+    ranked_statuses,
+    rows_frame,
+    summary_frame,
+)
 from leaderboard.text import plain
 
-NUMBER = st.column_config.NumberColumn
-SUMMARY_FORMATS = {
-    "mean win rate": NUMBER(format="%.3f"),
-    "mean rank": NUMBER(format="%.2f"),
-    "mean / baseline": NUMBER(format="%.4g"),
+COLUMN = st.column_config.Column
+SUMMARY_FORMATS = {"mean win rate": ".3f", "mean rank": ".2f", "mean / baseline": ".4g"}
+SUMMARY_HELP = {
+    TIE_GROUP: COLUMN(
+        help="the overall ranks the tests allow: separated only where every group "
+        "separates the pair (README: tie groups)"
+    ),
 }
 
 
-def row_formats(ranking: Ranking) -> dict[str, Any]:
+def row_formats(ranking: Ranking) -> dict[str, str]:
     return {
-        "mean": NUMBER(format="%.4g", help="empty when a seed failed: it has no finite value"),
-        ci_label(ranking): NUMBER(format="%.2g", help="half-width of the 95% CI of the mean"),
-        "Δ vs baseline": NUMBER(format="%+.3g"),
-        "p (Holm)": NUMBER(format="%.3g", help="paired test vs the baseline, Holm-corrected"),
-        "win rate": NUMBER(format="%.3f", help="HELM win rate: ties (p >= alpha) count half"),
-        "seeds failed": NUMBER(help="failed, diverged or timed-out seeds: worse than any value"),
-        "seeds needed": NUMBER(help="seeds a paired t-test needs to detect this Δ (80% power)"),
+        "mean": ".4g",
+        ci_label(ranking): ".2g",
+        "Δ vs baseline": "+.3g",
+        "p (Holm)": ".3g",
+        "win rate": ".3f",
+    }
+
+
+def row_help(ranking: Ranking) -> dict[str, Any]:
+    return {
+        TIE_GROUP: COLUMN(help="ranks the Holm-adjusted pairwise tests allow, e.g. 1-3"),
+        "mean": COLUMN(help="empty when a seed failed: it has no finite value"),
+        ci_label(ranking): COLUMN(help="half-width of the 95% CI of the mean"),
+        "p (Holm)": COLUMN(help="paired test vs the baseline, Holm-corrected"),
+        "win rate": COLUMN(help="HELM win rate: ties (p >= alpha) count half"),
+        "seeds failed": COLUMN(help="failed, diverged or timed-out seeds: worse than any value"),
+        "seeds needed": COLUMN(help="seeds a paired t-test needs to detect this Δ (80% power)"),
     }
 
 
@@ -47,12 +65,13 @@ def render(context: Context) -> None:
     if all_failed(ranking):
         st.warning(failure_message(ranking))
     st.subheader(overall_table(ranking).title)
-    st.dataframe(
-        summary_frame(ranking, ranked.families), hide_index=True, column_config=SUMMARY_FORMATS
-    )
+    summary = summary_frame(ranking, ranked.families)
+    st.dataframe(dashed(summary, SUMMARY_FORMATS), hide_index=True, column_config=SUMMARY_HELP)
     st.subheader("By task and model")
     table = rows_frame(ranking, ranked.families)
-    st.dataframe(table, hide_index=True, column_config=row_formats(ranking))
+    st.dataframe(
+        dashed(table, row_formats(ranking)), hide_index=True, column_config=row_help(ranking)
+    )
 
 
 def caption(ranking: Ranking) -> str:
