@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import math
 import os
@@ -25,6 +26,8 @@ from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.db import make_engine, open_database, upgrade
 from harness.store.models import Result, Trial
+from leaderboard import data
+from leaderboard.export import parquet_bytes, selection_frame
 from leaderboard.state import engine as app_engine
 from tests.helpers import write_suite
 
@@ -283,3 +286,22 @@ def test_the_app_cannot_write_to_sqlite(tiny_suite_db: Path) -> None:
 def test_the_app_cannot_write_to_postgresql(tmp_path: Path, postgres_url: str) -> None:
     store_tiny_suite(tmp_path, postgres_url)
     assert_writes_fail(postgres_url)
+
+
+def test_raw_export_has_one_row_per_trial_with_config_status_and_metrics(
+    tiny_suite_db: Path,
+) -> None:
+    engine = app_engine(os.environ["LAYERBENCH_DB"])
+    trials = data.trials(engine, "tiny")
+    frame = selection_frame(engine, trials, data.metric_names(engine, "tiny"))
+    assert list(frame["key"]) == list(trials["key"]) and frame["key"].is_unique
+    assert {"config.optimizer.lr", "metric.val_loss", "status"} <= set(frame.columns)
+    failed = frame[frame["status"] == "failed"]
+    assert len(failed) and failed["metric.val_loss"].isna().all()  # a null, not a string
+    swept = frame[frame["method"] == "lr-sweep"]
+    assert set(swept["config.optimizer.lr"]) == {"0.001", "0.002"}
+    back = pd.read_parquet(io.BytesIO(parquet_bytes(frame)))
+    pd.testing.assert_frame_equal(back, frame)
+    at = run_app()
+    labels = [button.proto.label for button in at.get("download_button")]
+    assert labels == ["Download CSV", "Download Parquet"]

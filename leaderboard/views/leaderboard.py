@@ -9,7 +9,8 @@ import streamlit as st
 from harness.ranking import Ranking, overall_table
 from harness.ranking.table import TIE_GROUP, ci_label, title
 from harness.records import FAILED_STATUSES
-from leaderboard.state import Context, board, current
+from leaderboard.export import csv_bytes, parquet_bytes, selection_frame
+from leaderboard.state import Context, board, current, selected_trials
 from leaderboard.tables import (
     all_failed,
     dashed,
@@ -71,6 +72,31 @@ def render(context: Context) -> None:
     table = rows_frame(ranking, ranked.families)
     st.dataframe(
         dashed(table, row_formats(ranking)), hide_index=True, column_config=row_help(ranking)
+    )
+    downloads(context)
+
+
+def downloads(context: Context) -> None:
+    """The selection's trials (every sweep point) as CSV and Parquet: one row per trial with its
+    config flattened, its status and its final metrics."""
+    trials = selected_trials(context)
+    frame = selection_frame(context.engine, trials, context.suite.metrics)
+    st.subheader("Raw results")
+    st.caption(
+        f"{len(frame)} trials of the selection: identity, status, config.* (the resolved config "
+        "flattened) and metric.* (final metrics; empty where a trial has none)."
+    )
+    name = context.selection.suite
+    csv_column, parquet_column = st.columns(2)
+    csv_column.download_button(
+        "Download CSV", csv_bytes(frame), f"{name}.csv", "text/csv", key="raw_csv"
+    )
+    parquet_column.download_button(
+        "Download Parquet",
+        parquet_bytes(frame),
+        f"{name}.parquet",
+        "application/vnd.apache.parquet",
+        key="raw_parquet",
     )
 
 

@@ -10,9 +10,8 @@ from harness.store.db import redact
 from harness.store.models import Trial
 from leaderboard import data
 from leaderboard.charts import curve_metric, learning_curves
-from leaderboard.filters import select
 from leaderboard.links import mlflow_base_url, mlflow_run_url, suite_file, trial_page_url
-from leaderboard.state import Context, current, declared_ranking, families
+from leaderboard.state import Context, current, declared_ranking, selected_trials
 from leaderboard.tables import dashed
 from leaderboard.text import plain
 
@@ -33,15 +32,6 @@ def render(context: Context) -> None:
         st.error(f"No trial with key {key} is stored.")
         return
     show(context, detail)
-
-
-def selected_trials(context: Context) -> pd.DataFrame:
-    """Stored trials of the sidebar's selection (every sweep point), in the order run."""
-    suite, selection = context.suite, context.selection
-    method_families = families(suite, selection.baseline)
-    chosen = select(suite.outcomes, selection, suite.run_of, method_families, suite.nightly)
-    listing = data.trials(context.engine, selection.suite)
-    return listing[listing["key"].isin({o.key for o in chosen})].reset_index(drop=True)
 
 
 def label(row: pd.Series) -> str:
