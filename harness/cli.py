@@ -327,15 +327,24 @@ def report(
         Path | None, typer.Option(help="Folder of report.md and figures/ (default: reports/SUITE)")
     ] = None,
     metric: Annotated[str | None, typer.Option(help="Rank by this metric instead.")] = None,
+    html: Annotated[
+        Path | None, typer.Option(help="Write one self-contained HTML file instead (offline).")
+    ] = None,
 ) -> None:
-    """Write a markdown report of the suite's stored results with static figures (PNG)."""
+    """Write a markdown report of the suite's stored results with static figures (PNG), or with
+    --html one HTML file with interactive figures that opens without a server or network."""
+    from leaderboard.html_report import report_command, write_html
     from leaderboard.report import ReportError, write_report
 
     suite = load(suite_path)
     try:
         plan = current_plan(suite)
         folder = out or Path("reports") / suite.suite
-        path = write_report(open_db(db), suite, plan, folder, metric)
+        if html is not None:
+            command = report_command(suite_path, db, html, metric)
+            path = write_html(open_db(db), suite, plan, html, command, metric)
+        else:
+            path = write_report(open_db(db), suite, plan, folder, metric)
     except ReportError as error:
         raise fail(str(error)) from None
     except RegistryError as error:

@@ -174,6 +174,13 @@ def trials(engine: Engine, suite: str) -> pd.DataFrame:
     return _frame(engine, [query], [c.key for c in columns])
 
 
+def trial_environments(engine: Engine, suite: str) -> list[dict[str, Any]]:
+    """The environment each stored trial of the suite recorded (none for those without)."""
+    query = select(Trial.environment).where(Trial.suite == suite, Trial.environment.is_not(None))
+    with Session(engine) as session:
+        return [dict(environment) for environment in session.scalars(query)]
+
+
 def trial_configs(engine: Engine, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
     """The resolved config of each trial, by key."""
     queries = [
