@@ -17,16 +17,8 @@ from harness.ranking.table import EMPTY
 from harness.registry import METRICS
 
 COMPARE_PAGE = "compare"
-COLUMNS = [
-    "suite",
-    "claim",
-    "recipe",
-    "verdict",
-    "Δ [95% CI]",
-    "seeds",
-    "paper",
-    "compare",
-]
+COLUMNS = ["suite", "claim", "recipe", "verdict", "Δ [95% CI]", "seeds", "paper"]
+"""The recipe cell is a link to the Compare page (its text: the recipe's model)."""
 FAMILY_PREFIX = "findings-"
 NOT_TESTED = "not tested"
 FLIPPED = "flipped"
@@ -42,6 +34,8 @@ VERDICT_COLOURS = {
     "not": "#5f6368",  # not tested, with or without a reason
 }
 ARXIV = re.compile(r"(?:arXiv:\s*|arxiv\.org/(?:abs|pdf)/)(\d{4}\.\d{4,5})", re.IGNORECASE)
+RECIPE_TEXT = r"model=(.*)$"
+"""The recipe link's text: its model (`compare_link`), URL-encoded as model names never need."""
 SYMBOLS = {("better", "min"): "<", ("better", "max"): ">", ("worse", "min"): ">"}
 SYMBOLS |= {("worse", "max"): "<"}
 
@@ -68,7 +62,14 @@ def arxiv_link(source: str) -> str | None:
 
 
 def recipe(check: RecipeCheck, several_tasks: bool) -> str:
+    """The name `flipped_by` gives a recipe: its model, with the task when there are several."""
     return f"{check.model} on {check.task}" if several_tasks else check.model
+
+
+def claim_text(finding: Finding, check: RecipeCheck | None, several_tasks: bool) -> str:
+    """The short claim, with the task when the claim is checked on several."""
+    task = f" ({check.task})" if check is not None and several_tasks else ""
+    return short_claim(finding) + task
 
 
 def verdict_label(finding: Finding, check: RecipeCheck | None, several_tasks: bool) -> str:
@@ -85,7 +86,7 @@ def difference(check: RecipeCheck | None) -> str:
     if check is None or check.delta is None:
         return EMPTY
     interval = (
-        f" [{check.ci_low:+.3g}, {check.ci_high:+.3g}]"
+        f" [{check.ci_low:+.2g}, {check.ci_high:+.2g}]"
         if check.ci_low is not None and check.ci_high is not None
         else ""
     )
@@ -102,14 +103,15 @@ def seeds(check: RecipeCheck | None) -> str:
 
 
 def compare_link(suite: str, finding: Finding, check: RecipeCheck | None) -> str | None:
-    """The Compare view of the recipe, with the claim's two methods selected."""
+    """The Compare view of the recipe, with the claim's two methods selected; the model comes
+    last, as the table shows it (`RECIPE_TEXT`)."""
     if check is None:
         return None
     query = {
         "suite": suite,
         "task": check.task,
-        "model": check.model,
         "methods": f"{finding.method},{finding.than}",
+        "model": check.model,
     }
     return f"{COMPARE_PAGE}?{urlencode(query)}"
 
@@ -142,13 +144,12 @@ def findings_frame(
                 records.append(
                     [
                         family(suite),
-                        short_claim(finding),
-                        recipe(check, several) if check else EMPTY,
+                        claim_text(finding, check, several),
+                        compare_link(suite, finding, check),
                         verdict_label(finding, check, several),
                         difference(check),
                         seeds(check),
                         arxiv_link(finding.source),
-                        compare_link(suite, finding, check),
                     ]
                 )
     frame = pd.DataFrame.from_records(records, columns=COLUMNS)

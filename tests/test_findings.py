@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from urllib.parse import parse_qsl
 
@@ -28,6 +29,7 @@ from harness.spec import SuiteError, load_suite
 from harness.spec.schema import Claim
 from harness.store.db import make_engine, upgrade
 from harness.store.models import SuiteRun
+from leaderboard.findings import RECIPE_TEXT
 from tests.helpers import ROOT, write_suite
 
 runner = CliRunner()
@@ -269,8 +271,9 @@ def test_the_findings_page_shows_each_claims_verdict_and_links_to_compare(tmp_pa
     assert frame["paper"][0] == "https://arxiv.org/abs/2002.04745"
     assert pd.isna(frame["paper"][1])  # "made-up" names no paper
     assert frame["Δ [95% CI]"][0].startswith("+0.1") and frame["seeds"][0] == "5"
-    link = frame["compare"][0]
+    link = frame["recipe"][0]
     assert link.startswith("compare?") and "methods=post-ln%2Cpre-ln" in link
+    assert re.search(RECIPE_TEXT, link).group(1) == "gpt-2l"  # the text the table shows
     assert r"arXiv\:2002.04745, Fig. 3" in at.expander[0].markdown[0].value
 
     at.radio[0].set_value("claims").run()

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from benchmarks.fake_results import fake_result, planned, store
 from harness.cli import app as cli
+from harness.ranking.table import EMPTY
 from harness.records import PlannedTrial, TrialResult
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
@@ -82,8 +83,11 @@ def run_app(page: str | None = None, **query: str) -> AppTest:
 
 
 def optional(value: Any) -> Any:
-    """NaN (how a data frame holds None) as None."""
-    return None if isinstance(value, float) and math.isnan(value) else value
+    """An empty value as None: NaN, +inf (the board's stand-in for an empty number, shown as
+    an en dash) or the en dash of an empty text."""
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    return None if value == EMPTY else value
 
 
 def records(frame: pd.DataFrame, columns: list[str]) -> list[list[Any]]:
@@ -176,7 +180,7 @@ def test_a_suite_with_only_failed_trials_says_so_on_every_page(tmp_path: Path) -
         "No trial in this selection has a value of val_loss: 3 failed or timed out, 1 diverged"
     )
     rows = at.dataframe[1].value
-    assert rows["mean"].isna().all() and list(rows["seeds failed"]) == [2, 2]
+    assert all(optional(v) is None for v in rows["mean"]) and list(rows["seeds failed"]) == [2, 2]
     assert run_app("compare").info[-1].value.startswith("Pareto plots need")
     assert "RuntimeError: fake failed" in run_app("trial").code[0].value
     assert run_app("history").info[0].value.startswith("No nightly run of this suite")

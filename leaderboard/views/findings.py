@@ -12,7 +12,13 @@ import streamlit as st
 from harness.ranking.findings import Finding
 from harness.ranking.suite import rank_suite
 from leaderboard import data
-from leaderboard.findings import family, findings_frame, sources_frame, verdict_colour
+from leaderboard.findings import (
+    RECIPE_TEXT,
+    family,
+    findings_frame,
+    sources_frame,
+    verdict_colour,
+)
 from leaderboard.state import Context, current, engine
 from leaderboard.text import plain
 
@@ -26,23 +32,27 @@ RULE = (
     "the metric's values (lower val_loss is better)."
 )
 ALL_SUITES = "All suites"
+ROW_PX = 35  # the height of a row of st.dataframe
 ORDERS = ["verdict", "suite order"]
-COLUMN_CONFIG = {
-    "suite": st.column_config.TextColumn("suite", width="small"),
-    "claim": st.column_config.TextColumn("claim", width="medium"),
-    "verdict": st.column_config.TextColumn("verdict", width="medium"),
+COLUMN_CONFIG = {  # pixel widths: the whole table fits 1400 px with the sidebar open
+    "suite": st.column_config.TextColumn("suite", width=112),
+    "claim": st.column_config.TextColumn("claim", width=262),
+    "recipe": st.column_config.LinkColumn(
+        "recipe", display_text=RECIPE_TEXT, width=108, help="the model; opens the Compare view"
+    ),
+    "verdict": st.column_config.TextColumn("verdict", width=150),
     "Δ [95% CI]": st.column_config.TextColumn(
-        "Δ [95% CI]", help="method - than, mean over paired seeds, 95% t-interval"
+        "Δ [95% CI]", width=200, help="method - than, mean over paired seeds, 95% t-interval"
     ),
     "seeds": st.column_config.TextColumn(
-        "seeds", width="small", help="seeds both methods finished (and the seeds 80% power needs)"
+        "seeds", width=95, help="seeds both methods finished (and the seeds 80% power needs)"
     ),
     "paper": st.column_config.LinkColumn(
         "paper",
         display_text=r"https://arxiv\.org/abs/(.*)",
+        width=82,
         help="the paper on arXiv; the full source text is in 'Sources' below",
     ),
-    "compare": st.column_config.LinkColumn("compare", display_text="compare", width="small"),
 }
 
 
@@ -91,7 +101,12 @@ def render(context: Context) -> None:
     frame = findings_frame(by_suite, by_verdict=order == "verdict")
     if view != ALL_SUITES:
         frame = frame.drop(columns="suite")
-    st.dataframe(styled(frame), hide_index=True, column_config=COLUMN_CONFIG)
+    st.dataframe(
+        styled(frame),
+        hide_index=True,
+        column_config=COLUMN_CONFIG,
+        height=ROW_PX * (len(frame) + 1) + 3,  # every claim shown, no scroll inside the table
+    )
     st.caption(RULE)
     with st.expander("Sources: each claim's full source text"):
         for row in sources_frame(by_suite).itertuples():
