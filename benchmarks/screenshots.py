@@ -111,7 +111,7 @@ def main() -> None:
             shoot(page, trial, out / "trial.png", 1500, ".js-plotly-plot")
             browser.close()
     for path in sorted(out.glob("*.png")):
-        print(path.relative_to(ROOT))
+        print(path)
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ def repro(context: Context, trial: Trial) -> None:
         path or "SUITE.yaml", record | {"sweep": trial.sweep, "key": trial.key}, redact(context.url)
     )
     st.markdown("**Rerun this trial**")
-    st.code(command, language="bash")
+    st.code(command, language="bash", wrap_lines=True)
     if path is None:
         st.caption(f"No file under suites/ declares `suite: {plain(trial.suite)}`: name yours.")
 
