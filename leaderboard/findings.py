@@ -166,3 +166,26 @@ def sources_frame(by_suite: Iterable[tuple[str, list[Finding]]]) -> pd.DataFrame
         for finding in findings
     ]
     return pd.DataFrame.from_records(records, columns=["suite", "claim", "source", "note"])
+
+
+def details_frame(by_suite: Iterable[tuple[str, list[Finding]]]) -> pd.DataFrame:
+    """One row per check with the statistics the verdict-first table leaves out (the page shows
+    them in an expander; new per-check statistics go here, not into the main table)."""
+    records = []
+    for suite, findings in by_suite:
+        for finding in findings:
+            several = len({c.task for c in finding.checks}) > 1
+            for check in finding.checks:
+                records.append(
+                    {
+                        "suite": family(suite),
+                        "claim": claim_text(finding, check, several),
+                        "recipe": recipe(check, several),
+                        "p (Holm)": check.p_value,
+                        "decided by": check.decided_by,
+                        "failed seeds (method, than)": f"{check.failed[0]}, {check.failed[1]}",
+                        "seeds needed": check.seeds_needed,
+                        "claim verdict": finding.verdict,
+                    }
+                )
+    return pd.DataFrame.from_records(records)

@@ -274,7 +274,9 @@ def test_the_findings_page_shows_each_claims_verdict_and_links_to_compare(tmp_pa
     link = frame["recipe"][0]
     assert link.startswith("compare?") and "methods=post-ln%2Cpre-ln" in link
     assert re.search(RECIPE_TEXT, link).group(1) == "gpt-2l"  # the text the table shows
-    assert r"arXiv\:2002.04745, Fig. 3" in at.expander[0].markdown[0].value
+    details = at.expander[0].dataframe[0].value
+    assert list(details["decided by"]) == ["test", "test"] and details["p (Holm)"][0] < 0.05
+    assert r"arXiv\:2002.04745, Fig. 3" in at.expander[1].markdown[0].value
 
     at.radio[0].set_value("claims").run()
     assert list(at.dataframe[0].value.columns[:3]) == ["claim", "recipe", "verdict"]

@@ -14,12 +14,14 @@ from harness.ranking.suite import rank_suite
 from leaderboard import data
 from leaderboard.findings import (
     RECIPE_TEXT,
+    details_frame,
     family,
     findings_frame,
     sources_frame,
     verdict_colour,
 )
 from leaderboard.state import Context, current, engine
+from leaderboard.tables import dashed
 from leaderboard.text import plain
 
 RULE = (
@@ -108,6 +110,8 @@ def render(context: Context) -> None:
         height=ROW_PX * (len(frame) + 1) + 3,  # every claim shown, no scroll inside the table
     )
     st.caption(RULE)
+    with st.expander("Details: each check's test and failures"):
+        st.dataframe(dashed(details_frame(by_suite), {"p (Holm)": ".3g"}), hide_index=True)
     with st.expander("Sources: each claim's full source text"):
         for row in sources_frame(by_suite).itertuples():
             note = f" ({plain(row.note)})" if row.note else ""
