@@ -99,7 +99,7 @@ def main() -> None:
             browser = launch(playwright)
             page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
             shoot(page, address + "findings", out / "findings-all-suites.png", 1500)
-            radio = page.locator('[data-testid="stRadio"] label')
+            radio = page.locator('[data-testid="stRadioOption"]')
             radio.filter(has_text=re.compile(r"^mix-ln$")).first.click()
             expect(page.locator(TABLE).first).to_be_visible()
             page.wait_for_timeout(2000)
