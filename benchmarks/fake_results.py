@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine, func, insert, select
 from sqlalchemy.orm import Session
 
 from harness.records import LayerStat, PlannedTrial, SeriesPoint, Status, TrialResult
+from harness.spec.declaration import RankingDeclaration
 from harness.store.db import finished, finite, result_rows, suite_run
 from harness.store.models import LayerStatistic, MetricPoint, Result, Trial
 
@@ -137,7 +138,7 @@ BULK_ROWS = 50_000
 def store_bulk(
     engine: Engine,
     results: Iterable[tuple[PlannedTrial, TrialResult]],
-    ranking: dict[str, Any] | None = None,
+    ranking: RankingDeclaration | None = None,
     cadence: str = "manual",
 ) -> int:
     """`store` for hundreds of thousands of trials: the same columns and values, written with

@@ -34,6 +34,7 @@ from benchmarks.browser import launch, open_leaderboard, serve
 from benchmarks.fake_results import fake_result, planned, store_bulk
 from harness.ranking import rank
 from harness.ranking.suite import plan_outcomes, rank_suite, recorded
+from harness.spec.declaration import RankingDeclaration
 from harness.store.db import make_engine, upgrade
 from leaderboard import data
 
@@ -71,7 +72,7 @@ def generate(path: Path, seeds: int) -> None:
         loss = 1.6 + offsets[trial.method] + 0.02 * (16 - bits) / 14 + rng.normal(0, 0.02)
         extra = {"effective_bits": float(bits), "model_bytes": bits * 1.2e6 / 8}
         results.append((trial, fake_result(status, float(loss), rng, extra)))
-    store_bulk(engine, results, ranking={"baseline": "baseline"})
+    store_bulk(engine, results, ranking=RankingDeclaration(baseline="baseline"))
 
 
 def median_seconds(measure: Callable[[], float], repeats: int) -> tuple[float, list[float]]:

@@ -12,12 +12,11 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 
 console = Console()
 errors = Console(stderr=True)
-
-STYLE = {"done": "green", "diverged": "yellow", "failed": "red", "timeout": "red"}
 
 
 class RichProgress:
@@ -54,9 +53,9 @@ class RichProgress:
         if trial.key in self.steps:
             self.bars.remove_task(self.steps.pop(trial.key))
         if result is not None:
-            style = STYLE.get(result.status, "white")
-            where = f" at step {result.failed_step}" if result.status != "done" else ""
+            status = Status(result.status)
+            where = f" at step {result.failed_step}" if status is not Status.DONE else ""
             self.bars.console.print(
-                f"[{style}]{result.status:>8}[/] {trial.label}{where} "
+                f"[{status.style}]{status:>8}[/] {trial.label}{where} "
                 f"({result.train_time_s:.1f} s train, {result.wall_time_s:.1f} s wall)"
             )

@@ -1,4 +1,5 @@
-"""Records shared by every layer: trial statuses, a planned trial, and what a trial reports.
+"""Records shared by every layer: a planned trial, and what a trial reports (statuses and
+their rules: `harness.core.Status`).
 
 They sit below the runner, the store, the tracking and the ranking so that each of those can
 use them without importing another (imports flow one way; see tests/test_layers.py).
@@ -7,16 +8,17 @@ use them without importing another (imports flow one way; see tests/test_layers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-Status = Literal["pending", "running", "done", "diverged", "failed", "timeout"]
-DONE: Status = "done"
-ACTIVE_STATUSES: tuple[Status, ...] = ("pending", "running")
-"""Claimed or not yet run: a runner may (re)start these."""
-FINAL_STATUSES: tuple[Status, ...] = ("done", "diverged", "failed", "timeout")
-"""A trial with one of these has a stored result and is never recomputed unless asked."""
-FAILED_STATUSES: tuple[Status, ...] = ("failed", "timeout")
-"""No valid result: `--retry-failed` reruns these and the command exits with code 1."""
+from harness.core import Status, point_label
+
+DONE = Status.DONE
+ACTIVE_STATUSES = tuple(status for status in Status if status.active)
+"""Claimed or not yet run: a runner may (re)start these (`Status.active`)."""
+FINAL_STATUSES = tuple(status for status in Status if status.final)
+"""A trial with one of these has a stored result (`Status.final`), for SQL `IN` clauses."""
+FAILED_STATUSES = tuple(status for status in Status if status.retried)
+"""No valid result: `--retry-failed` reruns these (`Status.retried`)."""
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,7 @@ class PlannedTrial:
 
     @property
     def label(self) -> str:
-        point = ",".join(f"{k}={v}" for k, v in self.sweep.items())
-        return f"{self.method}{f'[{point}]' if point else ''}/{self.model}/{self.task}/s{self.seed}"
+        return f"{point_label(self.method, self.sweep)}/{self.model}/{self.task}/s{self.seed}"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from harness.core import Direction
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -284,11 +286,8 @@ class TokenizerEntry(Entry[type["Tokenizer"]]):
 class Metric:
     """A metric and whether lower or higher values are better."""
 
-    direction: Literal["min", "max"]
+    direction: Direction
     description: str
-
-    def better(self, a: float, b: float) -> bool:
-        return a < b if self.direction == "min" else a > b
 
 
 METHODS = "harness.methods.catalog"
@@ -324,35 +323,36 @@ FAMILIES: dict[str, Registry[Any]] = {  # Registry[Any]: a mapping over every fa
     "metric": METRICS,
 }
 
+MIN, MAX = Direction.MIN, Direction.MAX
 for _name, _direction, _description in [
-    ("val_loss", "min", "in-distribution validation loss (nats per token)"),
-    ("val_ppl", "min", "validation perplexity"),
-    ("bits_per_byte", "min", "bits per byte of text (lm: validation; perplexity: its split)"),
-    ("test_loss", "min", "held-out test loss (reporting split; at the end of training)"),
-    ("test_ppl", "min", "test perplexity at the end of training"),
-    ("test_bits_per_byte", "min", "test bits per byte at the end of training"),
-    ("train_loss", "min", "training loss (mean over the last logging window)"),
-    ("id_loss", "min", "in-distribution loss of a synthetic task"),
-    ("ood_loss", "min", "out-of-distribution loss of a synthetic task"),
-    ("id_acc", "max", "in-distribution accuracy of a synthetic task"),
-    ("acc", "max", "accuracy (lm-eval)"),
-    ("acc_norm", "max", "length-normalized accuracy (lm-eval)"),
-    ("word_perplexity", "min", "word perplexity (lm-eval)"),
-    ("byte_perplexity", "min", "byte perplexity (lm-eval)"),
-    ("effective_bits", "min", "parameter-weighted bits per quantized weight"),
-    ("model_bytes", "min", "bytes of the model's weights after compression"),
-    ("layers_removed", "max", "layers removed by pruning"),
-    ("tokens_per_s", "max", "training throughput (tokens per second of train time)"),
-    ("params", "min", "number of parameters"),
-    ("ood_acc", "max", "out-of-distribution accuracy of a synthetic task"),
-    ("test_acc", "max", "held-out test accuracy at the end of training (synthetic: ID test set)"),
-    ("val_bits_per_byte", "min", "validation (tuning split) bits per byte of a perplexity task"),
-    ("val_acc", "max", "accuracy on the task's validation split (lm-eval, tuning split)"),
-    ("val_acc_norm", "max", "length-normalized accuracy on the validation split (lm-eval)"),
-    ("val_word_perplexity", "min", "word perplexity on the validation split (lm-eval)"),
-    ("val_byte_perplexity", "min", "byte perplexity on the validation split (lm-eval)"),
+    ("val_loss", MIN, "in-distribution validation loss (nats per token)"),
+    ("val_ppl", MIN, "validation perplexity"),
+    ("bits_per_byte", MIN, "bits per byte of text (lm: validation; perplexity: its split)"),
+    ("test_loss", MIN, "held-out test loss (reporting split; at the end of training)"),
+    ("test_ppl", MIN, "test perplexity at the end of training"),
+    ("test_bits_per_byte", MIN, "test bits per byte at the end of training"),
+    ("train_loss", MIN, "training loss (mean over the last logging window)"),
+    ("id_loss", MIN, "in-distribution loss of a synthetic task"),
+    ("ood_loss", MIN, "out-of-distribution loss of a synthetic task"),
+    ("id_acc", MAX, "in-distribution accuracy of a synthetic task"),
+    ("acc", MAX, "accuracy (lm-eval)"),
+    ("acc_norm", MAX, "length-normalized accuracy (lm-eval)"),
+    ("word_perplexity", MIN, "word perplexity (lm-eval)"),
+    ("byte_perplexity", MIN, "byte perplexity (lm-eval)"),
+    ("effective_bits", MIN, "parameter-weighted bits per quantized weight"),
+    ("model_bytes", MIN, "bytes of the model's weights after compression"),
+    ("layers_removed", MAX, "layers removed by pruning"),
+    ("tokens_per_s", MAX, "training throughput (tokens per second of train time)"),
+    ("params", MIN, "number of parameters"),
+    ("ood_acc", MAX, "out-of-distribution accuracy of a synthetic task"),
+    ("test_acc", MAX, "held-out test accuracy at the end of training (synthetic: ID test set)"),
+    ("val_bits_per_byte", MIN, "validation (tuning split) bits per byte of a perplexity task"),
+    ("val_acc", MAX, "accuracy on the task's validation split (lm-eval, tuning split)"),
+    ("val_acc_norm", MAX, "length-normalized accuracy on the validation split (lm-eval)"),
+    ("val_word_perplexity", MIN, "word perplexity on the validation split (lm-eval)"),
+    ("val_byte_perplexity", MIN, "byte perplexity on the validation split (lm-eval)"),
 ]:
-    METRICS.add(_name, Metric(_direction, _description), summary=_description)  # type: ignore[arg-type]
+    METRICS.add(_name, Metric(_direction, _description), summary=_description)
 
 
 def all_modules() -> list[str]:

@@ -11,19 +11,13 @@ from collections.abc import Sequence
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
+from harness.core import Status
 from harness.env import tracking_uri
 from harness.records import FINAL_STATUSES, PlannedTrial
 from harness.store.models import LayerStatistic, MetricPoint, Result, Trial
 from harness.utils import chunks, flatten
 
 BATCH = 900
-RUN_STATUS: dict[str, str] = {
-    "done": "FINISHED",
-    "diverged": "FINISHED",
-    "timeout": "KILLED",
-    "failed": "FAILED",
-}
-"""The MLflow run status of each final trial status."""
 
 
 def layer_stats_csv(rows: Sequence[LayerStatistic]) -> str:
@@ -105,7 +99,7 @@ class MLflowTracker:
             self.client.log_text(run_id, layer_stats_csv(layer_stats), "layer_stats.csv")
         if trial.error:
             self.client.log_text(run_id, trial.error, "error.txt")
-        self.client.set_terminated(run_id, status=RUN_STATUS.get(trial.status, "FAILED"))
+        self.client.set_terminated(run_id, status=Status(trial.status).mlflow)
         with self.engine.begin() as connection:
             connection.execute(
                 update(Trial).where(Trial.id == trial_id).values(mlflow_run_id=run_id)

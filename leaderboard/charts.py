@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-Direction = Literal["min", "max"]
+from harness.core import Direction
+
 PALETTE = qualitative.Dark24  # a suite compares up to ~20 methods: no colour twice
 LEGEND_ROW_PX = 30
 LOG_SCALE_DECADES = 2.0  # a statistic spanning more than this many decades is drawn in log10
@@ -124,8 +124,7 @@ def layer_heatmap(stats: pd.DataFrame, title: str, scale: HeatmapScale) -> go.Fi
 
 def pareto_front(x: np.ndarray, y: np.ndarray, x_dir: Direction, y_dir: Direction) -> np.ndarray:
     """Which points no other point dominates (at least as good on both axes, better on one)."""
-    gx = -x if x_dir == "max" else x
-    gy = -y if y_dir == "max" else y
+    gx, gy = -Direction(x_dir).gain(x), -Direction(y_dir).gain(y)
     no_worse = (gx[None, :] <= gx[:, None]) & (gy[None, :] <= gy[:, None])
     better = (gx[None, :] < gx[:, None]) | (gy[None, :] < gy[:, None])
     return ~(no_worse & better).any(axis=1)

@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from harness.ranking import TrialOutcome
+from harness.spec.declaration import RankingDeclaration
 from harness.store.db import DatabaseError, database_url, make_engine
 from harness.store.models import Alert, LayerStatistic, MetricPoint, Result, SuiteRun, Trial
 from harness.store.queries import CHUNK, stored_outcomes
@@ -33,7 +34,7 @@ class RunInfo:
     started_at: datetime
     git_commit: str | None
     n_ran: int
-    ranking: dict[str, Any] | None = None  # the suite's baseline and `rank` section
+    ranking: RankingDeclaration | None = None  # the suite's baseline and `rank` section
     kind: str = "run"  # or "nightly"
 
     @property
@@ -84,13 +85,13 @@ def suite_runs(engine: Engine, suite: str) -> list[RunInfo]:
     with Session(engine) as session:
         return [
             RunInfo(
-                run.id,
-                run.cadence,
-                run.started_at,
-                run.git_commit,
-                run.n_ran,
-                run.ranking,
-                run.kind,
+                id=run.id,
+                cadence=run.cadence,
+                started_at=run.started_at,
+                git_commit=run.git_commit,
+                n_ran=run.n_ran,
+                ranking=RankingDeclaration.read(run.ranking),
+                kind=run.kind,
             )
             for run in session.scalars(query)
         ]
@@ -126,7 +127,7 @@ def outcomes(engine: Engine, suite: str) -> list[TrialOutcome]:
     with Session(engine) as session:
         keys = session.scalars(select(Trial.key).where(Trial.suite == suite).order_by(Trial.id))
         keys = list(keys)
-    return [TrialOutcome(**record) for record in stored_outcomes(engine, keys)]
+    return stored_outcomes(engine, keys)
 
 
 def run_of_trials(engine: Engine, suite: str) -> dict[str, int | None]:

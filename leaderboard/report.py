@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from harness.core import Status
 from harness.ranking import Ranking, RankRow
 from harness.ranking.findings import Finding
 from harness.ranking.render import to_markdown
@@ -140,7 +141,7 @@ def pareto_figures(
     method_of: dict[str, str],
 ) -> list[Figure]:
     """The compression metric of each method (mean over its finished seeds) vs the ranked mean."""
-    done = {t["key"]: row.method for row in rows for t in row.trials if t["status"] == "done"}
+    done = {t["key"]: row.method for row in rows for t in row.trials if t["status"] == Status.DONE}
     finals = data.final_values(engine, list(done), PARETO_AXES)
     if finals.empty:
         return []

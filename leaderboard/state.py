@@ -12,6 +12,7 @@ from sqlalchemy.exc import OperationalError
 
 from harness.ranking import Ranking, TrialOutcome
 from harness.ranking.suite import rank_suite
+from harness.spec.declaration import RankingDeclaration
 from harness.store.db import DatabaseError, redact
 from leaderboard import data
 from leaderboard.filters import (
@@ -188,8 +189,8 @@ def _selection(suite: str, stored: SuiteData) -> Selection:
     metrics = rankable_metrics(stored.metrics)
     chosen_tasks = bar.multiselect("Tasks", tasks, default=tasks, key=f"tasks:{suite}")
     chosen_models = bar.multiselect("Models", models, default=models, key=f"models:{suite}")
-    declared = declared_ranking(stored)
-    metric = declared.get("metric") if declared.get("metric") in metrics else None
+    declared = last_declaration(stored)
+    metric = declared.rank.metric if declared and declared.rank.metric in metrics else None
     metric = bar.selectbox(
         "Metric",
         metrics,
@@ -209,7 +210,7 @@ def _selection(suite: str, stored: SuiteData) -> Selection:
     chosen_families = bar.multiselect(
         "Method families", names, default=names, key=f"families:{suite}:{baseline}"
     )
-    alpha = declared.get("alpha") if declared.get("alpha") in ALPHAS else 0.05
+    alpha = declared.rank.alpha if declared and declared.rank.alpha in ALPHAS else 0.05
     alpha = bar.select_slider("Significance level (alpha)", ALPHAS, value=alpha, key="alpha")
     return Selection(
         suite,
@@ -223,18 +224,16 @@ def _selection(suite: str, stored: SuiteData) -> Selection:
     )
 
 
-def declared_ranking(stored: SuiteData) -> dict[str, Any]:
+def last_declaration(stored: SuiteData) -> RankingDeclaration | None:
     """How the suite's last run said to rank it (older databases did not record it)."""
-    return (stored.runs[-1].ranking or {}) if stored.runs else {}
+    return stored.runs[-1].ranking if stored.runs else None
 
 
-def baseline_index(declared: dict[str, Any], baselines: list[str]) -> int:
+def baseline_index(declared: RankingDeclaration | None, baselines: list[str]) -> int:
     """The declared baseline, "none" if the suite declared none, the first method if unknown."""
-    if not declared:
+    if declared is None:
         return 0
-    return baselines.index(
-        declared["baseline"] if declared["baseline"] in baselines else NO_BASELINE
-    )
+    return baselines.index(declared.baseline if declared.baseline in baselines else NO_BASELINE)
 
 
 def current() -> Context:

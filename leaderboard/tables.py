@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from harness.core import Status
 from harness.ranking import Ranking, group_table, overall_table
 from harness.ranking.table import EMPTY, values
-from harness.records import FAILED_STATUSES
 from leaderboard.data import RunInfo
 
 if TYPE_CHECKING:
@@ -20,11 +20,13 @@ if TYPE_CHECKING:
 
 MARKS = {"better": "▲ better", "worse": "▼ worse", "tie": "= tie", "baseline": "baseline"}
 STATUS_COLUMNS = ["family", "diverged", "failed", "n"]
+"""Each row's family, its seeds that diverged, its seeds without a value (diverged, failed, timed
+out or done without the metric: the ranking's `n_failed`, "seeds failed"), and its seeds."""
 
 
 def rows_frame(ranking: Ranking, families: Mapping[str, tuple[str, ...]]) -> pd.DataFrame:
     """The group table of `harness.ranking` (its cell values, verdicts marked), one row per
-    (task, model, method) in rank order, with each method's family and its seeds' statuses."""
+    (task, model, method) in rank order, with each method's family and its seeds' failures."""
     table = group_table(ranking)
     verdict = table.header.index("verdict")
     records = []
@@ -32,10 +34,9 @@ def rows_frame(ranking: Ranking, families: Mapping[str, tuple[str, ...]]) -> pd.
     for (task, model, row_cells), row in zip(cells, ranking.rows, strict=True):
         values = [cell.value for cell in row_cells]
         values[verdict] = MARKS.get(values[verdict] or "", "")
-        statuses = Counter(trial["status"] for trial in row.trials)
-        failed = sum(statuses[status] for status in FAILED_STATUSES)
+        diverged = sum(trial["status"] == Status.DIVERGED for trial in row.trials)
         family = family_label(families, row.method)
-        records.append([task, model, *values, family, statuses["diverged"], failed, row.n])
+        records.append([task, model, *values, family, diverged, row.n_failed, row.n])
     return pd.DataFrame.from_records(
         records, columns=["task", "model", *table.header, *STATUS_COLUMNS]
     )

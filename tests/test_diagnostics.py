@@ -21,6 +21,7 @@ from harness.records import LayerStat, PlannedTrial, TrialResult
 from harness.runner.plan import plan_suite
 from harness.runner.trial import BuiltTrial, Clock, build, prepare, train
 from harness.spec import load_suite
+from harness.spec.declaration import RankingDeclaration
 from harness.spec.schema import NormSpec
 from harness.store.db import StoreLedger, open_database, suite_run
 from harness.store.models import LayerStatistic
@@ -111,7 +112,9 @@ def train_and_store(engine: Engine, planned: PlannedTrial) -> tuple[BuiltTrial, 
     result = TrialResult(status="running")
     train(trial, result, Clock(), lambda step, total, loss: None)
     result.status = "done"
-    with suite_run(engine, planned.suite, "manual", 1, ranking={"baseline": "pre-ln"}) as run:
+    with suite_run(
+        engine, planned.suite, "manual", 1, ranking=RankingDeclaration(baseline="pre-ln")
+    ) as run:
         ledger = StoreLedger(engine, run.id)
         assert ledger.claim(planned)
         ledger.finish(planned, result)

@@ -21,11 +21,11 @@ from typer.testing import CliRunner
 from benchmarks.browser import chromium_path
 from benchmarks.fake_results import fake_result, store
 from harness.cli import app
+from harness.core import TrialOutcome
 from harness.ranking.findings import Finding, findings
-from harness.ranking.outcomes import TrialOutcome
-from harness.ranking.suite import declared_ranking
 from harness.runner.plan import plan_suite
 from harness.spec import SuiteError, load_suite
+from harness.spec.declaration import declared_ranking
 from harness.spec.schema import Claim
 from harness.store.db import make_engine, upgrade
 from harness.store.models import SuiteRun
@@ -254,7 +254,7 @@ def record_claims(suite: Path) -> None:
     """Record the suite's ranking (with its claims) on its stored run, as `layerbench run` does."""
     ranking = declared_ranking(load_suite(suite))
     with Session(make_engine(os.environ["LAYERBENCH_DB"])) as session, session.begin():
-        session.execute(update(SuiteRun).values(ranking=ranking))
+        session.execute(update(SuiteRun).values(ranking=ranking.stored()))
 
 
 def test_the_findings_page_shows_each_claims_verdict_and_links_to_compare(tmp_path: Path) -> None:

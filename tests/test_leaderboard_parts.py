@@ -8,6 +8,7 @@ import pytest
 
 from harness.ranking import TrialOutcome
 from harness.ranking.table import EMPTY
+from harness.spec.declaration import RankingDeclaration
 from leaderboard.charts import HeatmapScale, curve_bands, layer_heatmap, pareto_front
 from leaderboard.filters import Selection, method_families, select
 from leaderboard.links import mlflow_run_url
@@ -138,9 +139,9 @@ def test_the_declared_baseline_is_the_default() -> None:
     from leaderboard.state import NO_BASELINE, baseline_index
 
     options = ["adamw", "muon", NO_BASELINE]
-    assert baseline_index({"baseline": "muon", "metric": "val_loss"}, options) == 1
-    assert baseline_index({"baseline": None, "metric": "val_loss"}, options) == 2
-    assert baseline_index({}, options) == 0
+    assert baseline_index(RankingDeclaration(baseline="muon"), options) == 1
+    assert baseline_index(RankingDeclaration(baseline=None), options) == 2
+    assert baseline_index(None, options) == 0
 
 
 def test_report_curves_plot_the_tuning_metric_when_the_ranked_one_has_no_series() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -21,15 +21,17 @@ from typer.testing import CliRunner
 
 from benchmarks.fake_results import fake_result
 from harness.cli import app as cli
+from harness.core import Direction
 from harness.nightly.detect import RunValues, detect, t_interval
 from harness.nightly.report import build_report, markdown, notify, write_report
 from harness.nightly.run import Executor, SuiteOutcome, exit_code, run_suite
 from harness.nightly.schedule import CronError, check_cron, run_schedule
-from harness.records import PlannedTrial, Status
+from harness.records import PlannedTrial, Status, TrialResult
+from harness.runner.backend import Ledger, Progress
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.spec.schema import RegressionSpec
-from harness.store.db import StoreLedger, open_database
+from harness.store.db import open_database
 from harness.store.nightly import (
     acknowledge,
     finished_nightly_runs,
@@ -55,12 +57,20 @@ Values = Callable[[PlannedTrial], tuple[Status, float]]
 def fake_executor(values: Values) -> Executor:
     """Claim each trial through the ledger and store a fake result of `values(trial)`."""
 
-    def execute(trials: list[PlannedTrial], ledger: StoreLedger, stop: threading.Event) -> None:
+    def execute(
+        trials: Sequence[PlannedTrial],
+        ledger: Ledger,
+        progress: Progress,
+        stop: threading.Event | None,
+    ) -> dict[str, TrialResult]:
         rng = np.random.default_rng(0)
+        results = {}
         for trial in trials:
             if ledger.claim(trial):
                 status, loss = values(trial)
-                ledger.finish(trial, fake_result(status, loss, rng))
+                results[trial.key] = fake_result(status, loss, rng)
+                ledger.finish(trial, results[trial.key])
+        return results
 
     return execute
 
@@ -229,7 +239,7 @@ def test_detection_statistics_on_plain_values() -> None:
     history = [run(1, [1.00, 1.02, 0.98]), run(2, [1.01, 1.03, 0.99])]
     rules = RegressionSpec(tolerance=0.05, tolerance_kind="absolute", z=4, confirm=1)
     current = RunValues(3, "c3", {"torch": "2.14.0"}, {key: {0: 1.20, 1: 1.23, 2: 1.17}}, {})
-    (finding,) = detect(current, history, {}, rules, 0.05, {"val_loss": "min"})
+    (finding,) = detect(current, history, {}, rules, 0.05, {"val_loss": Direction.MIN})
     assert finding.kind == "regression" and finding.direction == "worse"
     assert finding.delta == pytest.approx(1.2 - 1.005)
     assert finding.z == pytest.approx((1.2 - 1.005) / np.std([1.0, 1.01], ddof=1))
@@ -237,8 +247,8 @@ def test_detection_statistics_on_plain_values() -> None:
     assert finding.detail["packages_changed"] == {"torch": ["2.13.0", "2.14.0"]}
     assert finding.new_ci == pytest.approx(t_interval([1.20, 1.23, 1.17], 0.05))
     lax = RegressionSpec(tolerance=0.5, tolerance_kind="absolute", confirm=1)
-    assert detect(current, history, {}, lax, 0.05, {"val_loss": "min"}) == []
-    higher_is_better = detect(current, history, {}, rules, 0.05, {"val_loss": "max"})
+    assert detect(current, history, {}, lax, 0.05, {"val_loss": Direction.MIN}) == []
+    higher_is_better = detect(current, history, {}, rules, 0.05, {"val_loss": Direction.MAX})
     assert higher_is_better[0].kind == "improvement"
 
 
@@ -322,7 +332,7 @@ def test_rank_reads_the_latest_nightly_run(engine: Engine, suite_path: Path) -> 
     keys = [t.key for t in plan_suite(load_suite(suite_path))]
     records = latest_results(engine, "tiny", keys)
     assert len(records) == 9
-    latest_a = sorted(r["metrics"]["val_loss"] for r in records if r["method"] == "a")
+    latest_a = sorted(r.metrics["val_loss"] for r in records if r.method == "a")
     assert latest_a == pytest.approx(sorted(3.0 + e for e in SEED_EFFECT.values()))
     assert latest.run.kind == "nightly" and latest.run.environment["packages"]
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from harness.core import Direction
 from harness.ranking import (
     Ranking,
     RankRow,
@@ -295,14 +296,14 @@ def test_select_tuned_picks_one_point_per_method_or_the_best_per_seed() -> None:
         trial(2, 0.1, "failed", None),
         trial(2, 0.01, "timeout", None),
     ]
-    chosen = {o.seed: o for o in select_tuned(runs, "val_loss", "min", "per_seed")}
+    chosen = {o.seed: o for o in select_tuned(runs, "val_loss", Direction.MIN, "per_seed")}
     assert {seed: o.sweep["lr"] for seed, o in chosen.items()} == {0: 0.01, 1: 0.1, 2: 0.1}
     assert chosen[2].status == "failed"
-    best_acc = select_tuned(runs[:2], "val_loss", "max", "per_seed")
+    best_acc = select_tuned(runs[:2], "val_loss", Direction.MAX, "per_seed")
     assert [o.sweep["lr"] for o in best_acc] == [0.1]
     # per method: lr 1.0 has a diverged seed; 0.01 (mean 1.45) beats 0.1 (mean 1.6), both with
     # one failed seed; every seed then reports lr 0.01
-    per_method = select_tuned(runs, "val_loss", "min")
+    per_method = select_tuned(runs, "val_loss", Direction.MIN)
     assert sorted((o.seed, o.sweep["lr"]) for o in per_method) == [(0, 0.01), (1, 0.01), (2, 0.01)]
     row = row_of(rank(runs, "val_loss", None), "sgd")
     assert (row.n, row.sweep) == (3, {"lr": 0.01})

@@ -14,6 +14,7 @@ import pytest
 from scipy import stats
 
 from benchmarks.fake_results import fake_result, planned, store
+from harness.core import Status
 from harness.ranking import Ranking, TrialOutcome, format_ranking, group_table, rank, tables
 from harness.ranking.examples import mcnemar_test, weight_name, wilson_ci
 from harness.runner.plan import plan_suite
@@ -62,6 +63,23 @@ def test_md_json_and_leaderboard_render_the_same_table(ranking: Ranking) -> None
     summary = summary.astype(object).where(summary.notna(), None)
     assert summary.values.tolist() == [[c.value for c in row] for row in overall.sections[0].rows]
     assert "None" not in md and "nan" not in md
+
+
+def test_the_ranking_and_the_leaderboard_agree_on_every_failure_count() -> None:
+    statuses = [Status.DONE, Status.DIVERGED, Status.FAILED, Status.TIMEOUT]
+    runs = [
+        TrialOutcome("new", "gpt", "lm", seed, status, {"val_loss": 1.0}, key=f"new{seed}")
+        for seed, status in enumerate(statuses)
+    ]
+    runs += outcomes("base", [1.0, 1.1, 1.2, 1.3])
+    ranking = rank(runs, "val_loss", "base")
+    (row,) = [row for row in ranking.rows if row.method == "new"]
+    assert (row.n, row.n_done, row.n_failed) == (4, 1, 3)
+    frame = rows_frame(ranking, {}).set_index("method")
+    assert frame.loc["new", "seeds failed"] == row.n_failed == frame.loc["new", "failed"]
+    assert frame.loc["new", "diverged"] == 1 and frame.loc["base", "failed"] == 0
+    (summary,) = [s for s in summary_frame(ranking, {}).to_dict("records") if s["method"] == "new"]
+    assert summary["failed"] == 3
 
 
 def load_docs_script(name: str) -> ModuleType:

@@ -54,12 +54,12 @@ def test_stored_outcomes_reads_every_trial_as_plain_columns(
     stored = results(range(N_TRIALS))
     store_bulk(engine, stored)
     keys = [trial.key for trial, _ in stored]
-    records = {r["key"]: r for r in stored_outcomes(engine, keys, "val_loss")}
+    records = {r.key: r for r in stored_outcomes(engine, keys, "val_loss")}
     assert set(records) == set(keys)
     first, diverged, last = (records[stored[i][0].key] for i in (0, 3, -1))
-    assert first["metrics"] == pytest.approx({"val_loss": 1.5, "train_loss": 1.45})
-    assert diverged["status"] == "diverged" and diverged["metrics"] == {}
-    assert [step for step, _, _ in last["series"]] == [50, 100, 150, 200]
+    assert first.metrics == pytest.approx({"val_loss": 1.5, "train_loss": 1.45})
+    assert diverged.status == "diverged" and diverged.metrics == {}
+    assert [step for step, _, _ in last.series] == [50, 100, 150, 200]
     assert latest_results(engine, "q", keys) == stored_outcomes(engine, keys)
     assert no_orm_rows == []
 

@@ -29,17 +29,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal
 
 import numpy as np
 
+from harness.core import CellKey, Direction
 from harness.ranking.findings import Finding as ClaimFinding
 from harness.ranking.stats import finite_or_none, paired_test, t_ci
 from harness.records import DONE
 from harness.spec.schema import RegressionSpec
 
-Direction = Literal["min", "max"]
-Cell = tuple[str, str, str]  # (method, model, task)
+Cell = CellKey
 Key = tuple[str, str, str, str]  # (method, model, task, metric)
 CONFIRMED = ("regression", "improvement")
 STREAK_KINDS = ("regression", "suspected", "improvement")
@@ -163,7 +162,7 @@ def compare(
 
 
 def worse(delta: float, direction: Direction) -> bool:
-    return delta > 0 if direction == "min" else delta < 0
+    return direction.gain(delta) < 0
 
 
 def baseline(
@@ -308,7 +307,7 @@ def verdict_changes(
                     "claim": finding.claim,
                     "than": finding.than,
                     "source": finding.source,
-                    "verdicts": [_verdict_text(old), _verdict_text(finding)],
+                    "verdicts": [old.verdict_text, finding.verdict_text],
                     "checks": [asdict(check) for check in finding.checks],
                     "previous_run": previous.run_id,
                     "packages_changed": changed_packages(previous.packages, current.packages),
@@ -316,11 +315,6 @@ def verdict_changes(
             )
         )
     return alerts
-
-
-def _verdict_text(finding: ClaimFinding) -> str:
-    flips = f" (flips on {', '.join(finding.flipped_by)})" if finding.flipped_by else ""
-    return finding.verdict + flips
 
 
 def changed_packages(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, list[str]]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import platform
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from functools import cache
@@ -20,6 +21,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from harness import service
+from harness.core import CellKey, RunStatus, cell_of
 from harness.env import cpu_model, git_commit, package_versions
 from harness.nightly.detect import (
     STREAK_KINDS,
@@ -30,14 +33,16 @@ from harness.nightly.detect import (
     detect,
     verdict_changes,
 )
-from harness.ranking import TrialOutcome, metric_value, select_tuned
+from harness.ranking import metric_value, select_tuned
 from harness.ranking.findings import Finding as ClaimFinding
-from harness.ranking.suite import claim_findings, declared_ranking, plan_of
+from harness.ranking.suite import claim_findings, plan_of
 from harness.records import FAILED_STATUSES, PlannedTrial
 from harness.registry import METRICS
-from harness.runner.plan import plan_suite
+from harness.runner.backend import Executor
+from harness.service.run import Display, ProgressDisplay, Tracker
 from harness.spec import Suite
-from harness.store.db import StoreLedger, finite
+from harness.spec.declaration import declared_ranking
+from harness.store.db import finite
 from harness.store.models import Alert, SuiteRun
 from harness.store.nightly import (
     add_alerts,
@@ -51,7 +56,6 @@ from harness.store.nightly import (
     stored_alerts,
 )
 
-Executor = Callable[[list[PlannedTrial], StoreLedger, threading.Event], None]
 HISTORY_RUNS_PER_WINDOW = 4  # how many windows of earlier runs detection reads
 
 
@@ -97,36 +101,74 @@ def today() -> date:
     return datetime.now(UTC).date()
 
 
+@dataclass
+class NightlyRecord:
+    """How a nightly run is recorded (`harness.service.RunRecord`): one nightly suite run (or
+    today's interrupted one, resumed), its trials under keys derived from its id."""
+
+    host: str
+    stop: threading.Event
+    skip_existing: bool = False
+    run: SuiteRun | None = None
+    skipped: str | None = None
+
+    def trials(
+        self, store: Engine, suite: Suite, planned: list[PlannedTrial]
+    ) -> list[PlannedTrial]:
+        if self.skip_existing:
+            self.run = nightly_run_on(store, suite.suite, git_commit(), today(), self.host)
+            if self.run is not None and self.run.status == RunStatus.DONE:
+                self.skipped = f"already run today at this commit (suite run #{self.run.id})"
+                return []
+        if self.run is None:
+            declared = declared_ranking(suite)
+            self.run = start_nightly_run(
+                store, suite.suite, suite.cadence, len(planned), declared, self.host, machine()
+            )
+        return [replace(trial, key=nightly_key(trial.key, self.run.id)) for trial in planned]
+
+    @contextmanager
+    def open(
+        self, store: Engine, suite: Suite, planned: list[PlannedTrial], todo: int
+    ) -> Iterator[SuiteRun | None]:
+        if self.skipped is not None or self.run is None:
+            yield None
+            return
+        yield self.run
+        status = RunStatus.INTERRUPTED if self.stop.is_set() else RunStatus.DONE
+        self.run = end_nightly_run(store, self.run.id, status)
+
+
 def run_suite(
     engine: Engine,
     outcome: SuiteOutcome,
-    execute: Executor,
+    executor: Executor,
     stop: threading.Event,
     host: str,
     skip_existing: bool = False,
-    on_finish: Callable[[PlannedTrial, int], None] | None = None,
+    tracker: Callable[[], Tracker] | None = None,
+    progress: ProgressDisplay | None = None,
 ) -> SuiteOutcome:
-    """Run one suite's nightly run (or resume today's interrupted one), then detect changes."""
+    """Run one suite's nightly run (or resume today's interrupted one) through the one run path
+    (`harness.service.run_suite`), then detect changes."""
     suite = outcome.suite
-    trials = plan_suite(suite)
-    run = None
-    if skip_existing:
-        run = nightly_run_on(engine, suite.suite, git_commit(), today(), host)
-        if run is not None and run.status == "done":
-            outcome.run, outcome.statuses = run, run_status_counts(engine, run.id)
-            outcome.skipped = f"already run today at this commit (suite run #{run.id})"
-            return outcome
-    if run is None:
-        ranking = declared_ranking(suite)
-        run = start_nightly_run(
-            engine, suite.suite, suite.cadence, len(trials), ranking, host, machine()
-        )
-    planned = [replace(trial, key=nightly_key(trial.key, run.id)) for trial in trials]
-    execute(planned, StoreLedger(engine, run.id, on_finish=on_finish), stop)
-    outcome.interrupted = stop.is_set()
-    run = end_nightly_run(engine, run.id, "interrupted" if outcome.interrupted else "done")
+    record = NightlyRecord(host, stop, skip_existing)
+    display = Display(progress=progress) if progress is not None else Display()
+    service.run_suite(
+        suite,
+        executor=executor,
+        store=engine,
+        tracker=tracker,
+        record=record,
+        display=display,
+        stop=stop,
+    )
+    run = record.run
+    assert run is not None  # a skipped run is the one found; else one was started
     outcome.run, outcome.statuses = run, run_status_counts(engine, run.id)
-    if not outcome.interrupted:
+    outcome.skipped = record.skipped
+    outcome.interrupted = record.skipped is None and stop.is_set()
+    if record.skipped is None and not outcome.interrupted:
         outcome.alerts = add_alerts(engine, detect_run(engine, suite, run))
     return outcome
 
@@ -137,16 +179,16 @@ def watched_metrics(suite: Suite) -> list[str]:
 
 def run_values(engine: Engine, run: SuiteRun, metrics: Sequence[str]) -> RunValues:
     """Each seed's tuned value of every watched metric, and each seed's status, in one run."""
-    outcomes = [TrialOutcome(**record) for record in run_outcomes(engine, run.id)]
+    outcomes = run_outcomes(engine, run.id)
     values: dict[Key, dict[int, float]] = {}
-    statuses: dict[tuple[str, str, str], dict[int, str]] = {}
+    statuses: dict[CellKey, dict[int, str]] = {}
     for index, metric in enumerate(metrics):
         for o in select_tuned(outcomes, metric, METRICS.get(metric).direction):
             value = metric_value(o, metric)
             if value is not None:
                 values.setdefault((o.method, o.model, o.task, metric), {})[o.seed] = value
             if index == 0:
-                statuses.setdefault((o.method, o.model, o.task), {})[o.seed] = o.status
+                statuses.setdefault(cell_of(o), {})[o.seed] = o.status
     packages = (run.environment or {}).get("packages", {})
     return RunValues(run.id, run.git_commit, packages, values, statuses)
 
@@ -163,7 +205,7 @@ def past_alerts(alerts: Sequence[Alert]) -> dict[tuple[int, Key], PastAlert]:
 
 def claim_verdicts(engine: Engine, suite: Suite, run: SuiteRun) -> list[ClaimFinding]:
     """The verdicts of the suite's `expect` claims on one nightly run's trials."""
-    outcomes = [TrialOutcome(**record) for record in run_outcomes(engine, run.id)]
+    outcomes = run_outcomes(engine, run.id)
     return claim_findings(plan_of(suite, []), outcomes)
 
 
@@ -225,16 +267,3 @@ def exit_code(outcomes: Sequence[SuiteOutcome]) -> int:
     if any(o.statuses.get(status) for o in fresh for status in FAILED_STATUSES):
         return 1
     return 0
-
-
-def local_executor(workers: int) -> Executor:
-    """Run the trials on this machine with a progress display; stops when `stop` is set."""
-
-    def execute(trials: list[PlannedTrial], ledger: StoreLedger, stop: threading.Event) -> None:
-        from harness.console import RichProgress
-        from harness.runner.local import run_local
-
-        with RichProgress(len(trials)) as progress:
-            run_local(trials, ledger, workers, progress, stop)
-
-    return execute

@@ -9,13 +9,11 @@
 No torch here; only `suite` reads the database.
 """
 
+from harness.core import EvalPoint, TrialOutcome, point_label
 from harness.ranking.outcomes import (
-    EvalPoint,
     Target,
-    TrialOutcome,
     each_point,
     metric_value,
-    point_label,
     select_tuned,
     target_hit,
 )

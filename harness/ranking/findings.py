@@ -34,11 +34,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from harness.core import Direction, TrialOutcome
 from harness.ranking.groups import Group, build_group
-from harness.ranking.outcomes import Direction, TrialOutcome, Tuning, select_tuned
+from harness.ranking.outcomes import select_tuned
 from harness.ranking.stats import finite_or_none, holm, row_stds, seeds_needed, t_ci
 from harness.registry import METRICS
-from harness.spec.schema import Claim
+from harness.spec.schema import Claim, ClaimDirection, Tuning
 
 Verdict = Literal["reproduced", "contradicted", "inconclusive"]
 ClaimVerdict = Literal["reproduced", "contradicted", "inconclusive", "fragile", "no data"]
@@ -72,7 +73,7 @@ class Finding:
     method: str
     than: str
     metric: str
-    direction: Literal["better", "worse", "tie"]
+    direction: ClaimDirection
     margin: float | None
     source: str
     note: str
@@ -85,6 +86,13 @@ class Finding:
         """The claim in words, e.g. "post-ln worse than pre-ln on val_loss"."""
         relation = f"ties (+-{self.margin:g})" if self.direction == "tie" else self.direction
         return f"{self.method} {relation} than {self.than} on {self.metric}"
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict in words, with the recipes a fragile claim flips on."""
+        if self.flipped_by:
+            return f"{self.verdict} (flips on {', '.join(self.flipped_by)})"
+        return self.verdict
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"claim": self.claim}
@@ -191,9 +199,7 @@ def _pending(
     p = float(group.test(group.values[i], group.values[j])[0]) if n >= 2 else None
     delta = float(np.nanmean(diffs)) if n else None
     sd = float(row_stds(diffs)[0]) if n >= 2 else np.nan
-    favours = (
-        0 if delta is None or delta == 0 else (1 if (delta < 0) == (direction == "min") else -1)
-    )
+    favours = direction.sign(delta)
     return _Pending(
         index,
         group.model,

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from harness.core import Direction, SeedKey, Status, TrialOutcome
+from harness.core.status import FAILURE_ORDER
 from harness.ranking.examples import (
     ExampleOutcomes,
     example_ci,
@@ -28,10 +30,9 @@ from harness.ranking.examples import (
     weight_name,
     weighted_means,
 )
-from harness.ranking.outcomes import Direction, TrialOutcome, failure_label, metric_value
+from harness.ranking.outcomes import counts_in_comparisons, failure_label, metric_value
 from harness.ranking.records import RankRow, Unit, Verdict
 from harness.ranking.stats import (
-    CIMethod,
     holm,
     mean_ci,
     median_ci,
@@ -40,8 +41,9 @@ from harness.ranking.stats import (
     row_stds,
     seeds_needed,
 )
+from harness.spec.schema import CIMethod
 
-Hits = Mapping[tuple[str, str, str, int], tuple[float, float]]
+Hits = Mapping[SeedKey, tuple[float, float]]
 Test = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
@@ -84,7 +86,7 @@ def build_group(
     row, col = {m: i for i, m in enumerate(methods)}, {s: j for j, s in enumerate(seeds)}
     values = np.full((len(methods), len(seeds)), np.nan)
     present = np.zeros(values.shape, dtype=bool)
-    labels: list[set[str]] = [set() for _ in methods]
+    labels: list[set[Status]] = [set() for _ in methods]
     sweeps: list[dict[str, Any] | None] = [None] * len(methods)
     trials: list[list[dict[str, Any]]] = [[] for _ in methods]
     steps = np.full(values.shape, np.nan) if hits is not None else None
@@ -93,7 +95,7 @@ def build_group(
         i, j = row[outcome.method], col[outcome.seed]
         value = metric_value(outcome, metric)
         values[i, j] = np.nan if value is None else value
-        present[i, j] = True
+        present[i, j] = counts_in_comparisons(outcome, metric)
         trials[i].append(
             {"seed": outcome.seed, "sweep": dict(outcome.sweep), "key": outcome.key}
             | {"status": outcome.status, "value": value}
@@ -103,22 +105,29 @@ def build_group(
         if per_method_points and outcome.sweep:
             sweeps[i] = dict(outcome.sweep)
         if hits is not None and steps is not None and times is not None:
-            steps[i, j], times[i, j] = hits[(outcome.method, model, task, outcome.seed)]
+            steps[i, j], times[i, j] = hits[SeedKey(outcome.method, model, task, outcome.seed)]
     failed = present & np.isnan(values)
     failures = [_failure_name(found) for found in labels]
     group = Group(
-        task, model, methods, values, present, failed, failures, sweeps, trials, steps, times
+        task=task,
+        model=model,
+        methods=methods,
+        values=values,
+        present=present,
+        failed=failed,
+        failures=failures,
+        sweeps=sweeps,
+        trials=trials,
+        steps=steps,
+        times=times,
     )
     if examples is not None and len(seeds) == 1:
         return _by_example(group, outcomes, metric, examples, row) or group
     return group
 
 
-def _failure_name(labels: set[str]) -> str | None:
-    for name in ("diverged", "timeout", "failed"):
-        if name in labels:
-            return name
-    return None
+def _failure_name(labels: set[Status]) -> str | None:
+    return next((str(status) for status in FAILURE_ORDER if status in labels), None)
 
 
 def _by_example(
@@ -142,18 +151,11 @@ def _by_example(
         weights = None
     failed_rows = np.array([key is None for key in keys])[:, None] & np.ones_like(matrix, bool)
     present = np.ones_like(matrix, dtype=bool)
-    return Group(
-        group.task,
-        group.model,
-        group.methods,
-        matrix,
-        present,
-        failed_rows,
-        group.failures,
-        group.sweeps,
-        group.trials,
-        group.steps,
-        group.times,
+    return replace(
+        group,
+        values=matrix,
+        present=present,
+        failed=failed_rows,
         unit="examples",
         binary=is_binary(matrix),
         weights=weights,
@@ -162,7 +164,7 @@ def _by_example(
 
 def _sign(x: np.ndarray, direction: Direction) -> np.ndarray:
     """+1 where x (a difference a - b) favours a, -1 where it favours b, 0 where equal or NaN."""
-    return np.asarray(np.nan_to_num(np.sign(-x if direction == "min" else x)), dtype=float)
+    return np.asarray(np.nan_to_num(np.sign(direction.gain(x))), dtype=float)
 
 
 def group_means(group: Group) -> np.ndarray:
@@ -297,7 +299,7 @@ def group_rows(
             n[i] == n_failed[i],
             -np.nan_to_num(rates[i]),
             n_failed[i] / max(n[i], 1),
-            _mean_key(row_means(group.values[i : i + 1])[0], direction),
+            direction.sort_key(float(row_means(group.values[i : i + 1])[0])),
             group.methods[i],
         ),
     )
@@ -355,13 +357,6 @@ def median_times(group: Group, times: np.ndarray) -> dict[str, float]:
         method: float(np.median(row[~np.isnan(row)])) if (~np.isnan(row)).any() else math.inf
         for method, row in zip(group.methods, times, strict=True)
     }
-
-
-def _mean_key(mean: float, direction: Direction) -> float:
-    """Sort key putting better means first and undefined ones last."""
-    if math.isnan(mean):
-        return math.inf
-    return mean if direction == "min" else -mean
 
 
 def _opt(x: float | np.floating) -> float | None:

@@ -18,23 +18,25 @@ reaches the target, whatever point the tuning picked.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NamedTuple
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 
-Direction = Literal["min", "max"]
-Tuning = Literal["per_method", "per_seed"]
+from harness.core import (
+    CellKey,
+    Direction,
+    EvalPoint,
+    SeedKey,
+    Status,
+    TrialOutcome,
+    cell_of,
+    point_label,
+    seed_key,
+)
+from harness.core.status import FAILURE_ORDER
+from harness.spec.schema import Tuning
 
-DONE = "done"
-FAILED_LABELS = ("diverged", "failed", "timeout")
-
-
-class EvalPoint(NamedTuple):
-    """A trial's metric at one evaluation."""
-
-    step: int
-    train_time_s: float
-    value: float | None
+Cell = CellKey
+"""(method, model, task)."""
 
 
 @dataclass(frozen=True)
@@ -58,53 +60,27 @@ class Target:
         return f"{self.metric} = {self.value:g}"
 
 
-@dataclass(frozen=True)
-class TrialOutcome:
-    """The final result of one trial."""
-
-    method: str
-    model: str
-    task: str
-    seed: int
-    status: str
-    metrics: Mapping[str, float]
-    sweep: Mapping[str, Any] = field(default_factory=dict)
-    key: str = ""
-    series: Sequence[EvalPoint] = ()
-    """The target metric at each evaluation (empty when there is no target)."""
-
-
-Cell = tuple[str, str, str]
-"""(method, model, task)."""
-
-
-def cell_of(outcome: TrialOutcome) -> Cell:
-    return (outcome.method, outcome.model, outcome.task)
-
-
 def metric_value(outcome: TrialOutcome, metric: str) -> float | None:
     """The finite value of `metric` of a done trial, else None (the seed counts as failed)."""
-    value = outcome.metrics.get(metric) if outcome.status == DONE else None
+    value = outcome.metrics.get(metric) if outcome.status == Status.DONE else None
     if value is None or not math.isfinite(value):
         return None
     return float(value)
 
 
-def failure_label(outcome: TrialOutcome, metric: str) -> str | None:
-    """Why the seed has no value: its status, or "failed" for a done trial without the metric."""
+def failure_label(outcome: TrialOutcome, metric: str) -> Status | None:
+    """Why the seed has no value: its status, or `failed` for a done trial without the metric."""
     if metric_value(outcome, metric) is not None:
         return None
-    return outcome.status if outcome.status in FAILED_LABELS else "failed"
+    status = Status(outcome.status)
+    return status if status in FAILURE_ORDER else Status.FAILED
 
 
-def better(a: float, b: float, direction: Direction) -> bool:
-    return a < b if direction == "min" else a > b
-
-
-def point_label(method: str, sweep: Mapping[str, Any]) -> str:
-    """A sweep point's name: `method[field=value,...]`, the method alone without a sweep."""
-    point = ",".join(f"{name}={value}" for name, value in sweep.items())
-    return f"{method}[{point}]" if point else method
+def counts_in_comparisons(outcome: TrialOutcome, metric: str) -> bool:
+    """The seed takes part in comparisons: it has a value, or its status loses (`Status.loses`;
+    a done trial without the metric loses too). A seed that does not is left out, as if absent."""
+    status = Status(outcome.status)
+    return status is Status.DONE or status.loses or metric_value(outcome, metric) is not None
 
 
 def each_point(outcomes: Iterable[TrialOutcome]) -> list[TrialOutcome]:
@@ -122,7 +98,7 @@ def select_tuned(
     outcomes = list(outcomes)
     if tuning == "per_seed":
         return _best_per_seed(outcomes, metric, direction)
-    points: dict[Cell, dict[str, list[TrialOutcome]]] = {}
+    points: dict[CellKey, dict[str, list[TrialOutcome]]] = {}
     for outcome in outcomes:
         label = point_label(outcome.method, outcome.sweep)
         points.setdefault(cell_of(outcome), {}).setdefault(label, []).append(outcome)
@@ -140,27 +116,27 @@ def _point_key(seeds: list[TrialOutcome], metric: str, direction: Direction) -> 
     if not values:
         return (len(seeds), math.inf)
     mean = sum(values) / len(values)
-    return (len(seeds) - len(values), mean if direction == "min" else -mean)
+    return (len(seeds) - len(values), direction.sort_key(mean))
 
 
 def _best_per_seed(
     outcomes: list[TrialOutcome], metric: str, direction: Direction
 ) -> list[TrialOutcome]:
-    best: dict[tuple[str, str, str, int], tuple[TrialOutcome, float | None]] = {}
+    best: dict[SeedKey, tuple[TrialOutcome, float | None]] = {}
     for outcome in outcomes:
-        key = (*cell_of(outcome), outcome.seed)
+        key = seed_key(outcome)
         value = metric_value(outcome, metric)
         kept = best.get(key)
         if kept is None or (
-            value is not None and (kept[1] is None or better(value, kept[1], direction))
+            value is not None and (kept[1] is None or direction.better(value, kept[1]))
         ):
             best[key] = (outcome, value)
     return [outcome for outcome, _ in best.values()]
 
 
-def sweep_sizes(outcomes: Iterable[TrialOutcome]) -> dict[Cell, int]:
+def sweep_sizes(outcomes: Iterable[TrialOutcome]) -> dict[CellKey, int]:
     """How many sweep points each (method, model, task) has."""
-    points: dict[Cell, set[str]] = {}
+    points: dict[CellKey, set[str]] = {}
     for outcome in outcomes:
         points.setdefault(cell_of(outcome), set()).add(point_label("", outcome.sweep))
     return {cell: len(labels) for cell, labels in points.items()}
@@ -171,19 +147,19 @@ def target_hit(outcome: TrialOutcome, value: float, direction: Direction) -> Eva
     for step, train_time_s, observed in outcome.series:
         if observed is None or not math.isfinite(observed):
             continue
-        if not better(value, observed, direction):
+        if not direction.better(value, observed):
             return EvalPoint(step, train_time_s, observed)
     return None
 
 
 def fastest_hits(
     outcomes: Iterable[TrialOutcome], target: Target, direction: Direction
-) -> dict[tuple[str, str, str, int], tuple[float, float]]:
+) -> dict[SeedKey, tuple[float, float]]:
     """Per (method, model, task, seed): the fewest steps and the least train time to the target
     over all its sweep points (inf when no point reaches it)."""
-    fastest: dict[tuple[str, str, str, int], tuple[float, float]] = {}
+    fastest: dict[SeedKey, tuple[float, float]] = {}
     for outcome in outcomes:
-        key = (*cell_of(outcome), outcome.seed)
+        key = seed_key(outcome)
         steps, time = fastest.get(key, (math.inf, math.inf))
         value = target.value_for(outcome.task)
         hit = target_hit(outcome, value, direction) if value is not None else None

@@ -24,21 +24,15 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from harness.core import CellKey, Direction, GroupKey, Status, TrialOutcome, cell_of
 from harness.ranking.examples import ExampleOutcomes
 from harness.ranking.groups import Group, build_group, group_rows, median_times
-from harness.ranking.outcomes import (
-    DONE,
-    Target,
-    TrialOutcome,
-    Tuning,
-    fastest_hits,
-    select_tuned,
-    sweep_sizes,
-)
-from harness.ranking.records import Aggregate, MethodSummary, Ranking, RankRow
-from harness.ranking.stats import BOOTSTRAP_MIN_N, CIMethod
+from harness.ranking.outcomes import Target, fastest_hits, select_tuned, sweep_sizes
+from harness.ranking.records import MethodSummary, Ranking, RankRow
+from harness.ranking.stats import BOOTSTRAP_MIN_N
 from harness.ranking.ties import with_tie_groups
 from harness.registry import METRICS
+from harness.spec.schema import Aggregate, CIMethod, Tuning
 
 R_MAX = 4.0
 """AlgoPerf's largest performance ratio: a method slower than 4x the best scores 0 there."""
@@ -113,9 +107,9 @@ def _warnings(
     if baseline is not None and all(o.method != baseline for o in tuned):
         known = ", ".join(sorted({o.method for o in tuned}))
         found.append(f"the baseline '{baseline}' has no results here (methods: {known})")
-    seeds: dict[tuple[str, str, str], set[int]] = {}
+    seeds: dict[CellKey, set[int]] = {}
     for outcome in tuned:
-        seeds.setdefault((outcome.method, outcome.model, outcome.task), set()).add(outcome.seed)
+        seeds.setdefault(cell_of(outcome), set()).add(outcome.seed)
     if ci != "t" and any(len(s) < BOOTSTRAP_MIN_N for s in seeds.values()):
         found.append(
             f"{ci} intervals from fewer than {BOOTSTRAP_MIN_N} seeds cover the mean far less "
@@ -135,9 +129,9 @@ def _warnings(
 
 def _unequal_sweeps(outcomes: list[TrialOutcome]) -> list[str]:
     """A warning per (model, task) where the compared methods have different sweep sizes."""
-    by_cell: dict[tuple[str, str], dict[str, int]] = {}
+    by_cell: dict[GroupKey, dict[str, int]] = {}
     for (method, model, task), size in sweep_sizes(outcomes).items():
-        by_cell.setdefault((task, model), {})[method] = size
+        by_cell.setdefault(GroupKey(task, model), {})[method] = size
     return [
         f"{task} / {model}: sweep sizes differ ("
         + ", ".join(f"{method} {size}" for method, size in sorted(sizes.items()))
@@ -154,9 +148,9 @@ def _groups(
     examples: ExampleOutcomes | None,
     per_method_points: bool,
 ) -> list[Group]:
-    by_group: dict[tuple[str, str], list[TrialOutcome]] = {}
+    by_group: dict[GroupKey, list[TrialOutcome]] = {}
     for outcome in tuned:
-        by_group.setdefault((outcome.task, outcome.model), []).append(outcome)
+        by_group.setdefault(GroupKey(outcome.task, outcome.model), []).append(outcome)
     return [
         build_group(task, model, members, metric, hits, examples, per_method_points)
         for (task, model), members in sorted(by_group.items())
@@ -165,7 +159,7 @@ def _groups(
 
 
 def _reports(members: list[TrialOutcome], metric: str) -> bool:
-    done = [outcome for outcome in members if outcome.status == DONE]
+    done = [outcome for outcome in members if outcome.status == Status.DONE]
     return not done or any(metric in outcome.metrics for outcome in done)
 
 
@@ -210,7 +204,7 @@ def _summarize(
     baseline: str | None,
     profiles: dict[str, dict[str, float]],
     aggregate: Aggregate,
-    direction: str,
+    direction: Direction,
 ) -> list[MethodSummary]:
     by_method: dict[str, list[RankRow]] = {}
     for row in rows:
@@ -234,14 +228,14 @@ def _summarize(
     return sorted(summaries, key=lambda s: (*_aggregate_key(s, aggregate, direction), s.method))
 
 
-def _aggregate_key(summary: MethodSummary, aggregate: Aggregate, direction: str) -> tuple[Any, ...]:
+def _aggregate_key(
+    summary: MethodSummary, aggregate: Aggregate, direction: Direction
+) -> tuple[Any, ...]:
     """Best first: the chosen aggregate (missing values last), then mean rank."""
     score = {
         "mean_win_rate": summary.mean_win_rate,
         "performance_profile": summary.profile_time,
         "mean_rank": -summary.mean_rank,
-        "normalized": None
-        if summary.normalized is None
-        else (-summary.normalized if direction == "min" else summary.normalized),
+        "normalized": None if summary.normalized is None else direction.gain(summary.normalized),
     }[aggregate]
     return (score is None, -(score or 0.0), summary.mean_rank)

@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from harness.ranking.outcomes import Direction, Target, Tuning
-from harness.ranking.stats import CIMethod
+from harness.core import Direction
+from harness.ranking.outcomes import Target
+from harness.spec.schema import Aggregate, CIMethod, Tuning
 
 if TYPE_CHECKING:
     from harness.ranking.findings import Finding
 
 Verdict = Literal["better", "worse", "tie", "baseline"]
-Aggregate = Literal["mean_win_rate", "performance_profile", "mean_rank", "normalized"]
 Unit = Literal["seeds", "examples"]
 
 

@@ -16,11 +16,10 @@ matrices are methods, columns seeds; NaN marks a seed without a value (absent or
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 
-CIMethod = Literal["t", "bootstrap", "bca"]
+from harness.spec.schema import CIMethod
 
 CONFIDENCE_LEVEL = 0.95
 BOOTSTRAP_MIN_N = 10

@@ -11,11 +11,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from harness.core import TrialOutcome
 from harness.ranking.examples import ExampleOutcomes
 from harness.ranking.findings import Finding, findings
-from harness.ranking.outcomes import Target, TrialOutcome, each_point
+from harness.ranking.outcomes import Target, each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
+from harness.spec.declaration import RankingDeclaration
 from harness.spec.schema import Claim, RankSpec, Suite
 from harness.store.nightly import latest_results
 from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
@@ -45,37 +47,34 @@ class RankPlan:
 
 def plan_of(suite: Suite, keys: list[str]) -> RankPlan:
     """What to rank of a suite file: its trials `keys` (as the runner plans them now)."""
+    declared = RankingDeclaration.of_suite(suite)
     return RankPlan(
-        suite.suite, keys, suite.baseline, suite.rank, (), tuple(suite.expect), tuple(suite.models)
+        suite=suite.suite,
+        keys=keys,
+        baseline=declared.baseline,
+        spec=declared.rank,
+        claims=declared.expect,
+        models=declared.models,
     )
-
-
-def declared_ranking(suite: Suite) -> dict[str, Any]:
-    """What a suite run records of how to rank the suite (read back by `recorded`): the
-    baseline, the `rank` section, the models in suite order and the `expect` claims."""
-    return {
-        "baseline": suite.baseline,
-        **suite.rank.model_dump(mode="json"),
-        "models": list(suite.models),
-        "expect": [claim.model_dump(mode="json") for claim in suite.expect],
-    }
 
 
 def recorded(engine: Engine, suite: str) -> RankPlan:
     """The plan the suite's latest run recorded (every stored trial if no run recorded one)."""
     found = recorded_plan(engine, suite)
-    ranking, keys = found if found else ({}, None)
-    # fields of the `rank` section this version knows (a run of another version may differ)
-    spec = RankSpec.model_validate({k: v for k, v in ranking.items() if k in RankSpec.model_fields})
-    claims = tuple(
-        Claim.model_validate({k: v for k, v in claim.items() if k in Claim.model_fields})
-        for claim in ranking.get("expect", [])
-    )
-    models = tuple(ranking.get("models", ()))
+    declared, keys = found if found else (None, None)
+    declared = declared or RankingDeclaration()
     warnings: tuple[str, ...] = ()
     if keys is None:
         keys, warnings = suite_keys(engine, suite), (SUPERSEDED_UNKNOWN,)
-    return RankPlan(suite, keys, ranking.get("baseline"), spec, warnings, claims, models)
+    return RankPlan(
+        suite=suite,
+        keys=keys,
+        baseline=declared.baseline,
+        spec=declared.rank,
+        warnings=warnings,
+        claims=declared.expect,
+        models=declared.models,
+    )
 
 
 def plan_outcomes(engine: Engine, plan: RankPlan, nightly: bool) -> list[TrialOutcome]:
@@ -84,10 +83,8 @@ def plan_outcomes(engine: Engine, plan: RankPlan, nightly: bool) -> list[TrialOu
     target = plan.spec.target
     series = target.metric if target else None
     if nightly:
-        records = latest_results(engine, plan.suite, plan.keys, series)
-    else:
-        records = stored_outcomes(engine, plan.keys, series)
-    return [TrialOutcome(**record) for record in records]
+        return latest_results(engine, plan.suite, plan.keys, series)
+    return stored_outcomes(engine, plan.keys, series)
 
 
 def stored_examples(engine: Engine, keys: list[str]) -> ExampleOutcomes | None:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from harness.core import point_label
 from harness.ranking.records import Ranking, RankRow
 from harness.ranking.stats import CONFIDENCE_LEVEL
 
@@ -70,7 +71,7 @@ def ci_label(ranking: Ranking) -> str:
 
 
 def title(ranking: Ranking) -> str:
-    better = "lower" if ranking.direction == "min" else "higher"
+    better = ranking.direction.word
     target = ranking.target
     tuned = ranking.tune_metric or ranking.metric
     parts = [
@@ -125,8 +126,7 @@ def _median(median: float | None, low: float | None, high: float | None) -> Cell
 
 
 def _method(row: RankRow) -> Cell:
-    point = ",".join(f"{k}={v}" for k, v in (row.sweep or {}).items())
-    return Cell(row.method, f"{row.method} [{point}]" if point else row.method)
+    return Cell(row.method, point_label(row.method, row.sweep or {}, separator=" "))
 
 
 def row_cells(row: RankRow, ranking: Ranking) -> list[Cell]:
@@ -239,11 +239,7 @@ def findings_table(ranking: Ranking) -> Table | None:
         return None
     rows = []
     for finding in ranking.findings:
-        overall = finding.verdict
-        if finding.flipped_by:
-            overall_text = f"fragile (flips on {', '.join(finding.flipped_by)})"
-        else:
-            overall_text = overall
+        overall, overall_text = finding.verdict, finding.verdict_text
         several = len({check.task for check in finding.checks}) > 1
         checks: list[RecipeCheck | None] = list(finding.checks) or [None]
         for position, check in enumerate(checks):

@@ -27,8 +27,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from harness.core import Direction
 from harness.ranking.groups import Group, compare
-from harness.ranking.outcomes import Direction
 from harness.ranking.records import MethodSummary, RankRow
 from harness.ranking.stats import holm
 

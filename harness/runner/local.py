@@ -12,55 +12,30 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Protocol
 
+from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import all_modules
-
-HEARTBEAT_EVERY_S = 10.0
-KILL_GRACE_S = 60.0
-
-
-class Ledger(Protocol):
-    """Where trials are claimed and results recorded (the store implements it)."""
-
-    def claim(self, trial: PlannedTrial) -> bool: ...
-
-    def heartbeat(self, trial: PlannedTrial) -> None: ...
-
-    def finish(self, trial: PlannedTrial, result: TrialResult) -> None: ...
-
-    def release(self, trial: PlannedTrial) -> None: ...
+from harness.runner.backend import (
+    Executor,
+    Lease,
+    Ledger,
+    Progress,
+    SilentProgress,
+    claim_next,
+    record,
+    renew_leases,
+)
 
 
-class Progress(Protocol):
-    def started(self, trial: PlannedTrial) -> None: ...
+@dataclass(kw_only=True)
+class Running(Lease):
+    """A trial in flight in its own process."""
 
-    def step(self, trial: PlannedTrial, step: int, total: int, loss: float) -> None: ...
-
-    def finished(self, trial: PlannedTrial, result: TrialResult | None) -> None: ...
-
-
-class SilentProgress:
-    def started(self, trial: PlannedTrial) -> None:
-        pass
-
-    def step(self, trial: PlannedTrial, step: int, total: int, loss: float) -> None:
-        pass
-
-    def finished(self, trial: PlannedTrial, result: TrialResult | None) -> None:
-        pass
-
-
-@dataclass
-class Running:
-    trial: PlannedTrial
     process: mp.process.BaseProcess
-    deadline: float
-    last_heartbeat: float = field(default_factory=time.monotonic)
 
 
 def context() -> mp.context.BaseContext:
@@ -73,6 +48,20 @@ def context() -> mp.context.BaseContext:
 
 def threads_per_trial(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // workers)
+
+
+def local_executor(workers: int = 1) -> Executor:
+    """The local backend as an `Executor`: `workers` trial processes at once."""
+
+    def execute(
+        trials: Sequence[PlannedTrial],
+        ledger: Ledger,
+        progress: Progress,
+        stop: threading.Event | None,
+    ) -> dict[str, TrialResult]:
+        return run_local(trials, ledger, workers, progress, stop)
+
+    return execute
 
 
 def run_local(
@@ -104,8 +93,8 @@ def run_local(
             )
             process.start()
             sender.close()
-            limit = float(trial.config["time_limit_s"]) + KILL_GRACE_S
-            active[receiver] = Running(trial, process, time.monotonic() + limit)
+            active[receiver] = Running(trial=trial, process=process)
+            active[receiver].start()
             progress.started(trial)
         for conn in wait(list(active), timeout=1.0):
             result = receive(conn, active[conn], progress)
@@ -113,47 +102,13 @@ def run_local(
                 end(conn, active.pop(conn), result, ledger, progress, results)
         renew_leases(active.values(), ledger)
         for conn, running in list(active.items()):
-            if time.monotonic() > running.deadline:
+            if running.overdue(time.monotonic()):
                 running.process.kill()
                 result = TrialResult(
-                    "timeout", error="killed: no result within the time limit plus grace"
+                    Status.TIMEOUT, error="killed: no result within the time limit plus grace"
                 )
                 end(conn, active.pop(conn), result, ledger, progress, results)
     return results
-
-
-def claim_next(
-    pending: deque[PlannedTrial], ledger: Ledger, progress: Progress
-) -> PlannedTrial | None:
-    """The next pending trial this runner claims (every backend claims through the ledger)."""
-    while pending:
-        trial = pending.popleft()
-        if ledger.claim(trial):
-            return trial
-        progress.finished(trial, None)
-    return None
-
-
-def record(
-    trial: PlannedTrial,
-    result: TrialResult,
-    ledger: Ledger,
-    progress: Progress,
-    results: dict[str, TrialResult],
-) -> None:
-    """Store a finished trial (SQL, then MLflow through the ledger) the way every backend does."""
-    ledger.finish(trial, result)
-    results[trial.key] = result
-    progress.finished(trial, result)
-
-
-def renew_leases(running: Iterable[Running], ledger: Ledger) -> None:
-    """Heartbeat every trial in flight, reporting or silent, so its claim's lease never lapses
-    while this runner is alive."""
-    for trial in running:
-        if time.monotonic() - trial.last_heartbeat > HEARTBEAT_EVERY_S:
-            ledger.heartbeat(trial.trial)
-            trial.last_heartbeat = time.monotonic()
 
 
 def receive(conn: Connection, running: Running, progress: Progress) -> TrialResult | None:
@@ -162,7 +117,7 @@ def receive(conn: Connection, running: Running, progress: Progress) -> TrialResu
         message = conn.recv()
     except (EOFError, OSError):
         running.process.join(timeout=5)
-        return TrialResult("failed", error=death_message(running.process.exitcode))
+        return TrialResult(Status.FAILED, error=death_message(running.process.exitcode))
     if message[0] == "result":
         return message[1]
     _, step, total, loss = message

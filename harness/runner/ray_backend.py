@@ -10,21 +10,25 @@ ends the trial `failed` with Ray's error, as does a crash after the last retry.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
-from harness.runner.local import (
-    HEARTBEAT_EVERY_S,
-    KILL_GRACE_S,
+from harness.runner.backend import (
+    Executor,
+    Lease,
     Ledger,
     Progress,
+    RetryLedger,
     SilentProgress,
     claim_next,
     record,
+    renew_leases,
 )
 from harness.spec.schema import ResourcesSpec
 
@@ -47,16 +51,11 @@ class RayUnavailableError(RuntimeError):
     """Ray is not installed or its cluster cannot be reached."""
 
 
-class RetryLedger(Ledger, Protocol):
-    def add_attempt(self, trial: PlannedTrial) -> None: ...
-
-
 @dataclass
-class Submitted:
-    trial: PlannedTrial
+class Submitted(Lease):
+    """A trial submitted as a Ray task; its deadline is set when a worker starts it."""
+
     started: int = 0
-    deadline: float | None = None  # set when a worker starts it (queued time does not count)
-    last_heartbeat: float = field(default_factory=time.monotonic)
 
 
 def import_ray() -> Any:
@@ -108,6 +107,24 @@ def ray_trial(key: str, config: dict[str, Any], threads: int, starts: Queue) -> 
     return run_trial(config)
 
 
+def ray_executor(
+    address: str | None = None,
+    resources: ResourcesSpec | None = None,
+    max_retries: int = MAX_RETRIES,
+) -> Executor:
+    """The Ray backend as an `Executor` (raises `RayUnavailableError` when it runs)."""
+
+    def execute(
+        trials: Sequence[PlannedTrial],
+        ledger: RetryLedger,
+        progress: Progress,
+        stop: threading.Event | None,
+    ) -> dict[str, TrialResult]:
+        return run_ray(trials, ledger, address, resources, max_retries, progress, stop)
+
+    return execute
+
+
 def run_ray(
     trials: Iterable[PlannedTrial],
     ledger: RetryLedger,
@@ -115,14 +132,16 @@ def run_ray(
     resources: ResourcesSpec | None = None,
     max_retries: int = MAX_RETRIES,
     progress: Progress | None = None,
+    stop: threading.Event | None = None,
 ) -> dict[str, TrialResult]:
-    """Run every trial the ledger lets this driver claim on Ray; returns results by trial key."""
+    """Run every trial the ledger lets this driver claim on Ray; returns results by trial key.
+    When `stop` is set, the tasks in flight are cancelled and their claims released."""
     ray = import_ray()
     joined = not ray.is_initialized()
     if joined:
         connect(ray, address)
     try:
-        return drive(ray, trials, ledger, resources, max_retries, progress)
+        return drive(ray, trials, ledger, resources, max_retries, progress, stop)
     finally:
         if joined:
             ray.shutdown()
@@ -135,6 +154,7 @@ def drive(
     resources: ResourcesSpec | None,
     max_retries: int,
     progress: Progress | None,
+    stop: threading.Event | None = None,
 ) -> dict[str, TrialResult]:
     """Claim, submit, collect: at most as many trials in flight as the cluster has CPUs."""
     from ray.util.queue import Queue
@@ -150,6 +170,9 @@ def drive(
     results: dict[str, TrialResult] = {}
     try:
         while pending or active:
+            if stop is not None and stop.is_set():
+                abandon(ray, active, ledger)
+                break
             while len(active) < slots and (trial := claim_next(pending, ledger, progress)):
                 cpus, gpus = trial_resources(
                     trial.config["device"], resources, cluster.get("GPU", 0)
@@ -178,7 +201,15 @@ def outcome(ray: Any, ref: ObjectRef[TrialResult]) -> TrialResult:
         result: TrialResult = ray.get(ref)
         return result
     except ray.exceptions.RayError as error:
-        return TrialResult("failed", error=f"ray: {type(error).__name__}: {error}")
+        return TrialResult(Status.FAILED, error=f"ray: {type(error).__name__}: {error}")
+
+
+def abandon(ray: Any, active: dict[ObjectRef[TrialResult], Submitted], ledger: Ledger) -> None:
+    """Cancel the tasks in flight and give their claims back."""
+    for ref, submitted in active.items():
+        ray.cancel(ref, force=True)
+        ledger.release(submitted.trial)
+    active.clear()
 
 
 def note_starts(
@@ -194,8 +225,7 @@ def note_starts(
         if submitted is None:
             continue
         submitted.started += 1
-        limit = float(submitted.trial.config["time_limit_s"]) + KILL_GRACE_S
-        submitted.deadline = time.monotonic() + limit
+        submitted.start()
         if submitted.started > 1:
             ledger.add_attempt(submitted.trial)
 
@@ -203,18 +233,16 @@ def note_starts(
 def keep_alive(
     ray: Any,
     active: dict[ObjectRef[TrialResult], Submitted],
-    ledger: Ledger,
+    ledger: RetryLedger,
     progress: Progress,
     results: dict[str, TrialResult],
 ) -> None:
     """Heartbeat the claims in flight; end a trial that outlived its time limit plus grace."""
     now = time.monotonic()
     for ref, submitted in list(active.items()):
-        if submitted.deadline is not None and now > submitted.deadline:
+        if submitted.overdue(now):
             ray.cancel(ref, force=True)
-            result = TrialResult("timeout", error=TIMEOUT_ERROR)
+            result = TrialResult(Status.TIMEOUT, error=TIMEOUT_ERROR)
             record(submitted.trial, result, ledger, progress, results)
             del active[ref]
-        elif now - submitted.last_heartbeat > HEARTBEAT_EVERY_S:
-            ledger.heartbeat(submitted.trial)
-            submitted.last_heartbeat = now
+    renew_leases(active.values(), ledger)

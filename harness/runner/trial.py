@@ -24,11 +24,12 @@ import torch
 from torch import nn
 
 from harness.cache import DataMissingError
+from harness.core import Status
 from harness.diagnostics import StepProbe, diagnostic_inputs, hidden_state_stats
 from harness.env import cpu_model, git_commit, package_versions
 from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
-from harness.records import LayerStat, SeriesPoint, Status, TrialResult
+from harness.records import LayerStat, SeriesPoint, TrialResult
 from harness.registry import (
     MODELS,
     SCHEDULES,
@@ -187,9 +188,9 @@ def train_step(
 
 def check_divergence(loss: float, initial: float, factor: float, step: int) -> None:
     if not math.isfinite(loss):
-        raise Stop("diverged", step, f"loss is {loss} at step {step}")
+        raise Stop(Status.DIVERGED, step, f"loss is {loss} at step {step}")
     if loss > factor * initial:
-        raise Stop("diverged", step, f"loss {loss:.4g} > {factor} x initial {initial:.4g}")
+        raise Stop(Status.DIVERGED, step, f"loss {loss:.4g} > {factor} x initial {initial:.4g}")
 
 
 def evaluate(trial: BuiltTrial, clock: Clock, final: bool) -> dict[str, float]:
@@ -221,7 +222,7 @@ def train(trial: BuiltTrial, result: TrialResult, clock: Clock, report: Report) 
     initial: float | None = None
     for step in range(1, train_cfg.steps + 1):
         if clock.wall_s > trial.settings.time_limit_s:
-            raise Stop("timeout", step - 1, f"time limit {trial.settings.time_limit_s:g} s")
+            raise Stop(Status.TIMEOUT, step - 1, f"time limit {trial.settings.time_limit_s:g} s")
         batch = to_device(next(batches), trial.device)
         evaluating = step % train_cfg.eval_every == 0 or step == train_cfg.steps
         probing = evaluating and train_cfg.diagnostics
@@ -249,7 +250,7 @@ def train(trial: BuiltTrial, result: TrialResult, clock: Clock, report: Report) 
 def run_trial(config: dict[str, Any], report: Report | None = None) -> TrialResult:
     """Run one trial to a final status; never raises for a failure of the trial itself."""
     clock = Clock()
-    result = TrialResult(status="running")
+    result = TrialResult(status=Status.RUNNING)
     report = report or (lambda step, total, loss: None)
     try:
         settings = prepare(config)
@@ -257,13 +258,13 @@ def run_trial(config: dict[str, Any], report: Report | None = None) -> TrialResu
             result.final = evaluate_pretrained(config, settings, result, clock)
         else:
             result.final = train_and_evaluate(config, settings, result, clock, report)
-        result.status = "done"
+        result.status = Status.DONE
     except Stop as stop:
         result.status, result.failed_step, result.error = stop.status, stop.step, str(stop)
     except DataMissingError as missing:
-        result.status, result.error = "failed", str(missing)
+        result.status, result.error = Status.FAILED, str(missing)
     except Exception:
-        result.status, result.failed_step = "failed", result.steps_done
+        result.status, result.failed_step = Status.FAILED, result.steps_done
         result.error = traceback.format_exc()
     result.train_time_s, result.eval_time_s, result.wall_time_s = (
         clock.train_s,

@@ -163,16 +163,20 @@ class TargetSpec(StrictModel):
     value: float | dict[str, float]
 
 
+Tuning = Literal["per_method", "per_seed"]
+CIMethod = Literal["t", "bootstrap", "bca"]
+Aggregate = Literal["mean_win_rate", "performance_profile", "mean_rank", "normalized"]
+ClaimDirection = Literal["better", "worse", "tie"]
+
+
 class RankSpec(StrictModel):
     """How the suite is ranked (harness/ranking): metric, tuning, intervals, overall order."""
 
     metric: str = "val_loss"
     tune_metric: str | None = None  # None: `metric`; pick sweep points on a held-out metric
-    tuning: Literal["per_method", "per_seed"] = "per_method"
-    ci: Literal["t", "bootstrap", "bca"] = "t"
-    aggregate: Literal["mean_win_rate", "performance_profile", "mean_rank", "normalized"] = (
-        "mean_win_rate"
-    )
+    tuning: Tuning = "per_method"
+    ci: CIMethod = "t"
+    aggregate: Aggregate = "mean_win_rate"
     target: TargetSpec | None = None
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
 
@@ -191,7 +195,7 @@ class Claim(StrictModel):
     method: str
     than: str | None = None  # None: the suite's baseline
     metric: str | None = None  # None: rank.metric
-    direction: Literal["better", "worse", "tie"]
+    direction: ClaimDirection
     margin: PositiveFloat | None = None  # the equivalence margin of a tie, in the metric's units
     source: str = Field(min_length=1)  # "arXiv id, table or figure"
     note: str = ""

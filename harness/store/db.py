@@ -22,8 +22,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
+from harness.core import Status
 from harness.env import git_commit
-from harness.records import FAILED_STATUSES, FINAL_STATUSES, PlannedTrial, TrialResult
+from harness.records import PlannedTrial, TrialResult
+from harness.spec.declaration import RankingDeclaration
 from harness.store.models import (
     ExampleOutcome,
     LayerStatistic,
@@ -227,16 +229,17 @@ class StoreLedger:
         return taken.rowcount == 1
 
     def claimable(self, status: str, claimed_by: str | None, heartbeat_at: datetime | None) -> bool:
-        if status == "running":
+        stored = Status(status)
+        if stored is Status.RUNNING:
             return not claimant_alive(claimed_by, heartbeat_at)
-        if status in FAILED_STATUSES and self.retry_failed:
+        if stored.retried and self.retry_failed:
             return True
-        return status not in FINAL_STATUSES or self.force
+        return stored.active or self.force
 
     def _claim_values(self, trial: PlannedTrial) -> dict[str, Any]:
         stamp = now()
         return {
-            "status": "running",
+            "status": Status.RUNNING,
             "claimed_by": self.me,
             "heartbeat_at": stamp,
             "started_at": stamp,
@@ -289,7 +292,7 @@ class StoreLedger:
             connection.execute(
                 update(Trial)
                 .where(Trial.key == trial.key, Trial.claimed_by == self.me)
-                .values(status="pending", claimed_by=None, heartbeat_at=None)
+                .values(status=Status.PENDING, claimed_by=None, heartbeat_at=None)
             )
 
     def finish(self, trial: PlannedTrial, result: TrialResult) -> None:
@@ -380,7 +383,7 @@ def suite_run(
     suite: str,
     cadence: str,
     n_planned: int,
-    ranking: dict[str, Any] | None,
+    ranking: RankingDeclaration | None,
     trial_keys: list[str] | None = None,
 ) -> Iterator[SuiteRun]:
     """Record one invocation on a suite: start, end, host, commit, how to rank, trials ran, and
@@ -394,7 +397,7 @@ def suite_run(
             git_commit=git_commit(),
             n_planned=n_planned,
             n_ran=0,
-            ranking=ranking,
+            ranking=ranking.stored() if ranking is not None else None,
             trial_keys=trial_keys,
         )
         session.add(run)

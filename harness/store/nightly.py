@@ -16,7 +16,9 @@ from typing import Any
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
+from harness.core import RunStatus, Status, TrialOutcome
 from harness.env import git_commit
+from harness.spec.declaration import RankingDeclaration
 from harness.store.db import now
 from harness.store.models import Alert, SuiteRun, Trial
 from harness.store.queries import CHUNK, stored_outcomes
@@ -35,7 +37,7 @@ def start_nightly_run(
     suite: str,
     cadence: str,
     n_planned: int,
-    ranking: dict[str, Any],
+    ranking: RankingDeclaration,
     host_class: str,
     environment: dict[str, Any],
 ) -> SuiteRun:
@@ -45,7 +47,7 @@ def start_nightly_run(
             suite=suite,
             cadence=cadence,
             kind=NIGHTLY,
-            status="running",
+            status=RunStatus.RUNNING,
             started_at=now(),
             host=platform.node(),
             host_class=host_class,
@@ -53,17 +55,17 @@ def start_nightly_run(
             git_commit=git_commit(),
             n_planned=n_planned,
             n_ran=0,
-            ranking=ranking,
+            ranking=ranking.stored(),
         )
         session.add(run)
     return run
 
 
-def end_nightly_run(engine: Engine, run_id: int, status: str) -> SuiteRun:
+def end_nightly_run(engine: Engine, run_id: int, status: RunStatus) -> SuiteRun:
     """Record the end of a nightly run: `done`, or `interrupted` (it can be resumed)."""
     with Session(engine, expire_on_commit=False) as session, session.begin():
         n_ran = session.scalar(
-            select(func.count()).where(Trial.suite_run_id == run_id, Trial.status != "pending")
+            select(func.count()).where(Trial.suite_run_id == run_id, Trial.status != Status.PENDING)
         )
         session.execute(
             update(SuiteRun)
@@ -100,7 +102,7 @@ def finished_nightly_runs(
 ) -> list[SuiteRun]:
     """The suite's finished nightly runs (on the host class, before run id `before`), oldest
     first."""
-    query = _nightly(suite).where(SuiteRun.status == "done")
+    query = _nightly(suite).where(SuiteRun.status == RunStatus.DONE)
     if host_class is not None:
         query = query.where(SuiteRun.host_class == host_class)
     if before is not None:
@@ -113,8 +115,8 @@ def finished_nightly_runs(
 
 def run_outcomes(
     engine: Engine, run_id: int, series_metric: str | None = None
-) -> list[dict[str, Any]]:
-    """The finished trials a suite run ran, as `stored_outcomes` records."""
+) -> list[TrialOutcome]:
+    """The finished trials a suite run ran (`stored_outcomes`)."""
     with Session(engine) as session:
         keys = list(session.scalars(select(Trial.key).where(Trial.suite_run_id == run_id)))
     return stored_outcomes(engine, keys, series_metric)
@@ -122,7 +124,7 @@ def run_outcomes(
 
 def latest_results(
     engine: Engine, suite: str, keys: Sequence[str], series_metric: str | None = None
-) -> list[dict[str, Any]]:
+) -> list[TrialOutcome]:
     """The suite's latest results: its last finished nightly run's trials when that run ended
     after the newest of the planned trials `keys` stored by `layerbench run`, else those."""
     latest = finished_nightly_runs(engine, suite)

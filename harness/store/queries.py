@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.orm import Session
 
+from harness.core import EvalPoint, Status, TrialOutcome
 from harness.records import FINAL_STATUSES
+from harness.spec.declaration import RankingDeclaration
 from harness.store.models import ExampleOutcome, MetricPoint, Result, SuiteRun, Trial
 from harness.utils import chunks
 
@@ -20,13 +21,13 @@ OUTCOME_CHUNK = 5000
 (SQLite's default 32,766; PostgreSQL's 65,535)."""
 
 
-def trial_statuses(engine: Engine, keys: Iterable[str]) -> dict[str, str]:
+def trial_statuses(engine: Engine, keys: Iterable[str]) -> dict[str, Status]:
     """Stored status by trial key (keys never stored are absent)."""
-    found: dict[str, str] = {}
+    found: dict[str, Status] = {}
     with Session(engine) as session:
         for chunk in chunks(keys, CHUNK):
             rows = session.execute(select(Trial.key, Trial.status).where(Trial.key.in_(chunk)))
-            found.update({row.key: row.status for row in rows})
+            found.update({row.key: Status(row.status) for row in rows})
     return found
 
 
@@ -43,13 +44,13 @@ def unlogged_count(engine: Engine, suite: str) -> int:
     return count or 0
 
 
-def status_counts(engine: Engine) -> list[tuple[str, str, int]]:
+def status_counts(engine: Engine) -> list[tuple[str, Status, int]]:
     """(suite, status, number of trials) for every stored suite and status, sorted."""
     with Session(engine) as session:
         rows = session.execute(
             select(Trial.suite, Trial.status, func.count()).group_by(Trial.suite, Trial.status)
         )
-        return sorted((suite, status, count) for suite, status, count in rows)
+        return sorted((suite, Status(status), count) for suite, status, count in rows)
 
 
 OUTCOME_COLUMNS = (
@@ -66,14 +67,14 @@ OUTCOME_COLUMNS = (
 
 def stored_outcomes(
     engine: Engine, keys: Iterable[str], series_metric: str | None = None
-) -> list[dict[str, Any]]:
-    """Finished trials with their final metrics, as plain records for ranking; with
-    `series_metric`, also that metric's series as (step, train_time_s, value) by step.
+) -> list[TrialOutcome]:
+    """Finished trials with their final metrics, as the ranking reads them; with
+    `series_metric`, also that metric's series as `EvalPoint`s by step.
 
     Only the columns ranking needs are read (not configs or environments), as Core rows (no ORM
     objects), in chunks of `OUTCOME_CHUNK` keys, so a leaderboard of 100,000 trials loads
     quickly."""
-    records = []
+    records: list[TrialOutcome] = []
     with engine.connect() as connection:
         for chunk in chunks(keys, OUTCOME_CHUNK):
             # the status is tested here, not in SQL: with both, SQLite may scan the status index
@@ -89,17 +90,17 @@ def stored_outcomes(
                     metrics[trial_id][name] = value
             series = metric_series(connection, ids, series_metric) if series_metric else {}
             records += [
-                {
-                    "method": trial.method,
-                    "model": trial.model,
-                    "task": trial.task,
-                    "seed": trial.seed,
-                    "status": trial.status,
-                    "metrics": metrics[trial.id],
-                    "sweep": trial.sweep,
-                    "key": trial.key,
-                    "series": series.get(trial.id, []),
-                }
+                TrialOutcome(
+                    method=trial.method,
+                    model=trial.model,
+                    task=trial.task,
+                    seed=trial.seed,
+                    status=Status(trial.status),
+                    metrics=metrics[trial.id],
+                    sweep=trial.sweep,
+                    key=trial.key,
+                    series=series.get(trial.id, []),
+                )
                 for trial in trials
             ]
     return records
@@ -107,20 +108,22 @@ def stored_outcomes(
 
 def metric_series(
     connection: Connection, trial_ids: list[int], name: str
-) -> dict[int, list[tuple[int, float, float | None]]]:
+) -> dict[int, list[EvalPoint]]:
     """(step, train_time_s, value) of metric `name` per trial, in step order."""
     rows = connection.execute(
         select(MetricPoint.trial_id, MetricPoint.step, MetricPoint.train_time_s, MetricPoint.value)
         .where(MetricPoint.trial_id.in_(trial_ids), MetricPoint.name == name)
         .order_by(MetricPoint.trial_id, MetricPoint.step)
     )
-    series: dict[int, list[tuple[int, float, float | None]]] = defaultdict(list)
+    series: dict[int, list[EvalPoint]] = defaultdict(list)
     for trial_id, step, train_time_s, value in rows:
-        series[trial_id].append((step, train_time_s, value))
+        series[trial_id].append(EvalPoint(step, train_time_s, value))
     return series
 
 
-def recorded_plan(engine: Engine, suite: str) -> tuple[dict[str, Any], list[str] | None] | None:
+def recorded_plan(
+    engine: Engine, suite: str
+) -> tuple[RankingDeclaration | None, list[str] | None] | None:
     """How the suite's latest run said to rank it (its baseline and `rank` section) and the keys
     of the trials it planned (None for runs older than migration 0005); None without runs."""
     with Session(engine) as session:
@@ -131,8 +134,8 @@ def recorded_plan(engine: Engine, suite: str) -> tuple[dict[str, Any], list[str]
         for run in runs:
             latest = latest or run
             if run.trial_keys is not None:
-                return run.ranking or {}, list(run.trial_keys)
-        return (latest.ranking or {}, None) if latest else None
+                return RankingDeclaration.read(run.ranking), list(run.trial_keys)
+        return (RankingDeclaration.read(latest.ranking), None) if latest else None
 
 
 def suite_keys(engine: Engine, suite: str) -> list[str]:

@@ -71,7 +71,7 @@ def claim_suites(context: Context) -> list[str]:
     return [
         suite
         for suite in data.suites(db)
-        if (runs := data.suite_runs(db, suite)) and (runs[-1].ranking or {}).get("expect")
+        if (runs := data.suite_runs(db, suite)) and runs[-1].ranking and runs[-1].ranking.expect
     ]
 
 

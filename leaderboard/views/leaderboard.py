@@ -6,9 +6,9 @@ from typing import Any
 
 import streamlit as st
 
+from harness.core import Status
 from harness.ranking import Ranking, overall_table
 from harness.ranking.table import TIE_GROUP, ci_label, title
-from harness.records import FAILED_STATUSES
 from leaderboard.export import csv_bytes, parquet_bytes, selection_frame
 from leaderboard.state import Context, board, current, selected_trials
 from leaderboard.tables import (
@@ -110,11 +110,11 @@ def caption(ranking: Ranking) -> str:
 
 def failure_message(ranking: Ranking) -> str:
     statuses = ranked_statuses(ranking)
-    failed = sum(statuses[status] for status in FAILED_STATUSES)
+    failed = sum(n for status, n in statuses.items() if Status(status).retried)
     metric = ranking.metric
     return (
         f"No trial in this selection has a value of {metric}: {failed} failed or timed out, "
-        f"{statuses['diverged']} diverged, {statuses['done']} finished without {metric}. "
+        f"{statuses[Status.DIVERGED]} diverged, {statuses[Status.DONE]} finished without {metric}. "
         "The Trial page shows each trial's error."
     )
 

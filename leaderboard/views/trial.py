@@ -5,13 +5,14 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from harness.core import point_label
 from harness.repro import rerun_trial
 from harness.store.db import redact
 from harness.store.models import Trial
 from leaderboard import data
 from leaderboard.charts import curve_metric, learning_curves
 from leaderboard.links import mlflow_base_url, mlflow_run_url, suite_file, trial_page_url
-from leaderboard.state import Context, current, declared_ranking, selected_trials
+from leaderboard.state import Context, current, last_declaration, selected_trials
 from leaderboard.tables import dashed
 from leaderboard.text import plain
 
@@ -35,9 +36,8 @@ def render(context: Context) -> None:
 
 
 def label(row: pd.Series) -> str:
-    point = ",".join(f"{k}={v}" for k, v in row["sweep"].items())
-    sweep = f"[{point}]" if point else ""
-    return f"{row['method']}{sweep} / {row['model']} / {row['task']} / seed {row['seed']}"
+    point = point_label(row["method"], row["sweep"])
+    return f"{point} / {row['model']} / {row['task']} / seed {row['seed']}"
 
 
 LINK_COLUMNS = {
@@ -106,7 +106,8 @@ def show(context: Context, detail: data.TrialDetail) -> None:
 def curve(context: Context, key: str, name: str) -> None:
     """The ranked metric's series, else the tuning metric's, else val_loss's, saying which."""
     ranked = context.selection.metric
-    tuned = declared_ranking(context.suite).get("tune_metric")
+    declared = last_declaration(context.suite)
+    tuned = declared.rank.tune_metric if declared else None
     metric = curve_metric(data.series_names(context.engine, [key]), [ranked, tuned, "val_loss"])
     if metric is None:
         st.caption("No metric series is stored for this trial.")

@@ -1,0 +1,61 @@
+"""What every subcommand shares: the Typer apps, the common options, and turning user errors
+into one red line and exit code 2 (SPEC section 10)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from sqlalchemy import Engine
+
+from harness.console import errors
+from harness.spec import Suite, SuiteError, load_suite
+from harness.store.db import DatabaseError, open_database
+
+app = typer.Typer(
+    help="LayerBench: benchmark layerwise deep-learning methods.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+data_app = typer.Typer(help="Offline data sets.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+SuiteArg = Annotated[Path, typer.Argument(help="A suite YAML file.")]
+DbOption = Annotated[
+    str | None, typer.Option("--db", help="SQLAlchemy URL (default: $LAYERBENCH_DB or sqlite)")
+]
+NoMlflowOption = Annotated[bool, typer.Option("--no-mlflow", help="Do not log to MLflow.")]
+WorkersOption = Annotated[int, typer.Option(min=1, help="Trials run at once.")]
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    errors.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def load(path: Path) -> Suite:
+    def announce(plugins: list[str]) -> None:
+        errors.print(
+            f"[yellow]note:[/] {path} lists plugins; importing them runs their code: "
+            + ", ".join(plugins),
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    try:
+        return load_suite(path, before_plugins=announce)
+    except SuiteError as error:
+        for problem in error.problems:
+            errors.print(f"[red]error:[/] {problem}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def open_db(url: str | None) -> Engine:
+    try:
+        return open_database(url)
+    except DatabaseError as error:
+        raise fail(f"{error}; check --db or $LAYERBENCH_DB") from None

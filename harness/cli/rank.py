@@ -1,0 +1,180 @@
+"""`layerbench plan`, `rank`, `report` and `status`: reading what the store holds."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from sqlalchemy import Engine
+
+from harness.cli.common import DbOption, SuiteArg, app, fail, load, open_db
+from harness.console import console
+from harness.core import Status
+from harness.records import PlannedTrial
+from harness.registry import RegistryError
+from harness.runner.plan import plan_suite
+from harness.spec import Suite
+from harness.store.queries import status_counts, stored_outcomes, trial_statuses
+
+if TYPE_CHECKING:
+    from harness.ranking import Ranking
+    from harness.ranking.suite import RankPlan
+
+TUNING_RULES = {
+    "per_method": "per method, the sweep point with the best mean {metric} over its seeds",
+    "per_seed": "per seed, the sweep point with the best {metric} (optimistic)",
+}
+
+
+@app.command()
+def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
+    """Print the suite's trials (every sweep point), which are stored, their value of the ranking
+    metric, and (*) the sweep points that `rank` reports (`rank.tuning`)."""
+    suite = load(suite_path)
+    trials, metric = plan_suite(suite), suite.rank.metric
+    engine = open_db(db)
+    statuses = trial_statuses(engine, [t.key for t in trials])
+    # one unwrapped print: rendering 1,000 lines one by one was a third of `plan`'s time
+    lines = plan_lines(suite, trials, engine, statuses)
+    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+    counts = Counter(statuses.get(t.key, Status.PENDING) for t in trials)
+    console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if any(trial.sweep for trial in trials):
+        metric = suite.rank.tune_metric or suite.rank.metric
+        console.print(
+            f"* the tuned result: {TUNING_RULES[suite.rank.tuning].format(metric=metric)}"
+        )
+
+
+def plan_lines(
+    suite: Suite, trials: list[PlannedTrial], engine: Engine, statuses: dict[str, Status]
+) -> list[str]:
+    """One line per trial: key, status, value of the ranking metric, tuned mark, label."""
+    from harness.ranking import metric_value, select_tuned
+    from harness.registry import METRICS
+
+    metric = suite.rank.metric
+    tune_metric = suite.rank.tune_metric or metric
+    stored = {o.key: o for o in stored_outcomes(engine, [t.key for t in trials])}
+    direction = METRICS.get(tune_metric).direction
+    tuned = {
+        o.key for o in select_tuned(stored.values(), tune_metric, direction, suite.rank.tuning)
+    }
+    lines = []
+    for trial in trials:
+        value = metric_value(stored[trial.key], metric) if trial.key in stored else None
+        shown = "" if value is None else f"{value:.4g}"
+        mark = "*" if trial.sweep and trial.key in tuned else " "
+        status = statuses.get(trial.key, Status.PENDING)
+        lines.append(f"{trial.key[:12]}  {status:>8}  {shown:>9} {mark} {trial.label}")
+    return lines
+
+
+def current_plan(suite: Suite) -> RankPlan:
+    """What `rank` ranks of a suite file: its trials as planned now."""
+    from harness.ranking.suite import plan_of
+
+    return plan_of(suite, [trial.key for trial in plan_suite(suite)])
+
+
+def build_ranking(
+    suite: Suite, engine: Engine, metric: str | None = None, all_points: bool = False
+) -> Ranking | None:
+    """The ranking of the suite's current trials (`harness.ranking.suite.rank_suite`: the last
+    nightly run's when it is newer than `layerbench run`'s)."""
+    from harness.ranking.suite import rank_suite
+
+    try:
+        return rank_suite(engine, current_plan(suite), metric=metric, all_points=all_points)
+    except RegistryError as error:
+        raise fail(str(error)) from None
+
+
+def print_ranking(ranking: Ranking | None, width: int | None = None) -> None:
+    """The ranking's tables; never cut: as wide as needed unless stdout is a terminal (its
+    width) or `width` is given."""
+    import sys
+
+    from harness.ranking import to_text
+
+    if ranking is None:
+        console.print("no stored results yet")
+        return
+    terminal = sys.stdout.isatty()
+    shown = width or (console.width if terminal else None)
+    typer.echo(to_text(ranking, shown, color=terminal), nl=False)
+
+
+@app.command("rank")
+def rank_command(
+    suite_path: SuiteArg,
+    db: DbOption = None,
+    format: Annotated[str, typer.Option("--format", help="table|json|csv|md|latex")] = "table",
+    metric: Annotated[str | None, typer.Option(help="Rank by this metric instead.")] = None,
+    all_points: Annotated[
+        bool, typer.Option("--all", help="Every sweep point as its own row, not tuned.")
+    ] = False,
+    width: Annotated[
+        int | None, typer.Option(min=40, help="Table width (default: the terminal's, or unlimited)")
+    ] = None,
+) -> None:
+    """Rank the suite's methods from the stored results of its current trials."""
+    from harness.ranking import FORMATS, format_ranking, is_format
+    from harness.ranking.render import to_json
+
+    if not is_format(format):
+        raise fail(f"--format must be one of {', '.join(FORMATS)} (got '{format}')")
+    suite = load(suite_path)
+    ranking = build_ranking(suite, open_db(db), metric, all_points)
+    if ranking is None:
+        raise fail(
+            f"no stored results for suite '{suite.suite}': run `layerbench run {suite_path}`"
+        )
+    if format == "table":
+        print_ranking(ranking, width)
+    elif format == "json":
+        typer.echo(to_json(ranking, str(suite_path)))
+    else:
+        typer.echo(format_ranking(ranking, format))
+
+
+@app.command()
+def report(
+    suite_path: SuiteArg,
+    db: DbOption = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Folder of report.md and figures/ (default: reports/SUITE)")
+    ] = None,
+    metric: Annotated[str | None, typer.Option(help="Rank by this metric instead.")] = None,
+    html: Annotated[
+        Path | None, typer.Option(help="Write one self-contained HTML file instead (offline).")
+    ] = None,
+) -> None:
+    """Write a markdown report of the suite's stored results with static figures (PNG), or with
+    --html one HTML file with interactive figures that opens without a server or network."""
+    from leaderboard.html_report import report_command, write_html
+    from leaderboard.report import ReportError, write_report
+
+    suite = load(suite_path)
+    try:
+        folder = out or Path("reports") / suite.suite
+        if html is not None:
+            command = report_command(suite_path, db, html, metric)
+            path = write_html(open_db(db), suite, current_plan(suite), html, command, metric)
+        else:
+            path = write_report(open_db(db), suite, current_plan(suite), folder, metric)
+    except (ReportError, RegistryError) as error:
+        raise fail(str(error)) from None
+    console.print(f"wrote {path}")
+
+
+@app.command()
+def status(db: DbOption = None) -> None:
+    """Trials stored per suite and status."""
+    rows = status_counts(open_db(db))
+    if not rows:
+        console.print("no trials stored")
+    for suite, trial_status, count in rows:
+        console.print(f"{suite:<30} {trial_status:<9} {count}")

@@ -1,0 +1,128 @@
+"""What every execution backend shares: the `Executor` protocol the application's `run_suite`
+calls, the ledger and progress it is given, claiming and recording through the ledger, and the
+lease and deadline of each trial in flight.
+
+A backend (local processes, Ray, Slurm...) is a callable `Executor`: it claims each trial
+through the ledger before starting it (`claim_next`), renews the claims of the trials in flight
+(`Lease`, `renew_leases`), ends a trial that outlives its time limit plus `KILL_GRACE_S` as
+`timeout`, stores each result the moment it arrives (`record`) and, when `stop` is set, kills
+what runs and releases those claims.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from harness.records import PlannedTrial, TrialResult
+
+HEARTBEAT_EVERY_S = 10.0
+KILL_GRACE_S = 60.0
+
+
+class Ledger(Protocol):
+    """Where trials are claimed and results recorded (the store's `StoreLedger` implements it)."""
+
+    def claim(self, trial: PlannedTrial) -> bool: ...
+
+    def heartbeat(self, trial: PlannedTrial) -> None: ...
+
+    def finish(self, trial: PlannedTrial, result: TrialResult) -> None: ...
+
+    def release(self, trial: PlannedTrial) -> None: ...
+
+
+class RetryLedger(Ledger, Protocol):
+    """A ledger that also counts a backend's own retry of a trial (Ray restarting a task)."""
+
+    def add_attempt(self, trial: PlannedTrial) -> None: ...
+
+
+class Progress(Protocol):
+    def started(self, trial: PlannedTrial) -> None: ...
+
+    def step(self, trial: PlannedTrial, step: int, total: int, loss: float) -> None: ...
+
+    def finished(self, trial: PlannedTrial, result: TrialResult | None) -> None: ...
+
+
+class SilentProgress:
+    def started(self, trial: PlannedTrial) -> None:
+        pass
+
+    def step(self, trial: PlannedTrial, step: int, total: int, loss: float) -> None:
+        pass
+
+    def finished(self, trial: PlannedTrial, result: TrialResult | None) -> None:
+        pass
+
+
+class Executor(Protocol):
+    """A backend: runs the trials the ledger lets it claim, returns the results by trial key."""
+
+    def __call__(
+        self,
+        trials: Sequence[PlannedTrial],
+        ledger: RetryLedger,
+        progress: Progress,
+        stop: threading.Event | None,
+    ) -> dict[str, TrialResult]: ...
+
+
+def claim_next(
+    pending: deque[PlannedTrial], ledger: Ledger, progress: Progress
+) -> PlannedTrial | None:
+    """The next pending trial this runner claims (every backend claims through the ledger)."""
+    while pending:
+        trial = pending.popleft()
+        if ledger.claim(trial):
+            return trial
+        progress.finished(trial, None)
+    return None
+
+
+def record(
+    trial: PlannedTrial,
+    result: TrialResult,
+    ledger: Ledger,
+    progress: Progress,
+    results: dict[str, TrialResult],
+) -> None:
+    """Store a finished trial (SQL, then MLflow through the ledger) the way every backend does."""
+    ledger.finish(trial, result)
+    results[trial.key] = result
+    progress.finished(trial, result)
+
+
+def deadline_of(trial: PlannedTrial) -> float:
+    """When (time.monotonic) a trial starting now has outlived its time limit plus grace."""
+    return time.monotonic() + float(trial.config["time_limit_s"]) + KILL_GRACE_S
+
+
+@dataclass
+class Lease:
+    """A claimed trial in flight: when it must end, and when its claim was last renewed."""
+
+    trial: PlannedTrial
+    deadline: float | None = None
+    """None until a worker starts it: time spent queued does not count."""
+    last_heartbeat: float = field(default_factory=time.monotonic)
+
+    def start(self) -> None:
+        self.deadline = deadline_of(self.trial)
+
+    def overdue(self, now: float) -> bool:
+        return self.deadline is not None and now > self.deadline
+
+
+def renew_leases(leases: Iterable[Lease], ledger: Ledger) -> None:
+    """Heartbeat every trial in flight, reporting or silent, so its claim's lease never lapses
+    while this runner is alive."""
+    for lease in leases:
+        if time.monotonic() - lease.last_heartbeat > HEARTBEAT_EVERY_S:
+            ledger.heartbeat(lease.trial)
+            lease.last_heartbeat = time.monotonic()

@@ -1,0 +1,265 @@
+"""`run_suite`: the one path from a suite to its stored results, used by `layerbench run` and by
+`layerbench nightly` (issue 25).
+
+A run plans the suite's trials, keeps those `--only` selects, asks the `RunRecord` under which
+keys and suite run they are stored (`InvocationRecord`: content-addressed keys, one suite run
+per invocation that runs something; the nightly's record: keys derived from its run's id),
+leaves out the trials with a stored result (unless `force` or `retry_failed`), backfills and
+attaches the MLflow tracker, and hands the rest to an `Executor` (local processes, Ray, Slurm:
+`harness.runner.backend`), which claims and stores each trial through the ledger.
+
+Rounds: which trials run is asked of a `RoundPolicy`, round after round, until it returns
+none. `FixedDesign` (the default) returns every planned trial once. A sequential design (more
+seeds only for the comparisons still undecided) ranks the stored outcomes in its `trials` and
+returns the next seeds; `Round` gives it the store, the planned trials and what ran so far.
+
+Layering: this module needs the store and the tracking, which sit above the runner, so it is not
+in `harness.runner` but in `harness.service`, a layer between `harness.nightly` and
+`harness.console` (pyproject.toml [tool.importlinter]); the backends stay in the runner and
+know only the `Ledger` and `Progress` protocols.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+from harness.cache import offline_unless_hub_reachable
+from harness.core import Status
+from harness.records import PlannedTrial, TrialResult
+from harness.registry import MODELS, TASKS, EvalTaskEntry, PretrainedModelEntry
+from harness.runner.backend import Executor, Progress, SilentProgress
+from harness.runner.plan import plan_suite, select_trials
+from harness.spec import Suite
+from harness.spec.declaration import RankingDeclaration
+from harness.store.db import StoreLedger, suite_run
+from harness.store.models import SuiteRun
+from harness.store.queries import recorded_plan, trial_statuses, unlogged_count
+
+
+class Tracker(Protocol):
+    """Experiment tracking of stored trials (`harness.tracking.MLflowTracker`)."""
+
+    def backfill(self, suite: str) -> int: ...
+
+    def on_finish(self, trial: PlannedTrial, trial_id: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Which trials run: `only` (method=a,b / model= / task= / seed=), `force` (rerun stored
+    trials), `retry_failed` (rerun failed and timed-out ones)."""
+
+    only: str | None = None
+    force: bool = False
+    retry_failed: bool = False
+
+    def runnable(self, status: Status | None) -> bool:
+        """Does a trial with this stored status (None: never stored) run?"""
+        if status is None or status.active or self.force:
+            return True
+        return self.retry_failed and status.retried
+
+
+@dataclass(frozen=True)
+class Round:
+    """What a `RoundPolicy` sees before each round."""
+
+    number: int
+    """0 for the first round."""
+    planned: Sequence[PlannedTrial]
+    """Every selected trial of the suite, under the keys this run stores them."""
+    store: Engine
+    results: dict[str, TrialResult]
+    """What the earlier rounds of this run produced, by trial key."""
+
+
+class RoundPolicy(Protocol):
+    """Which trials the next round runs (none: the run is over)."""
+
+    def trials(self, round: Round) -> Sequence[PlannedTrial]: ...
+
+
+class FixedDesign:
+    """Every planned trial, in one round."""
+
+    def trials(self, round: Round) -> Sequence[PlannedTrial]:
+        return round.planned if round.number == 0 else ()
+
+
+class RunRecord(Protocol):
+    """How one invocation on a suite is recorded in the store."""
+
+    def trials(
+        self, store: Engine, suite: Suite, planned: list[PlannedTrial]
+    ) -> list[PlannedTrial]:
+        """The trials as this run stores them (their keys)."""
+        ...
+
+    def open(
+        self, store: Engine, suite: Suite, planned: list[PlannedTrial], todo: int
+    ) -> AbstractContextManager[SuiteRun | None]:
+        """The suite run the trials are claimed under (None: nothing runs); its `n_ran` is set
+        to the number of trials run before it closes."""
+        ...
+
+
+class InvocationRecord:
+    """`layerbench run`: content-addressed keys (a stored trial is reused by any run); a suite
+    run is recorded when something runs, or when the planned trials changed (e.g. back to an
+    older config), so `rank SUITE-NAME` ranks the current plan."""
+
+    def trials(
+        self, store: Engine, suite: Suite, planned: list[PlannedTrial]
+    ) -> list[PlannedTrial]:
+        return planned
+
+    @contextmanager
+    def open(
+        self, store: Engine, suite: Suite, planned: list[PlannedTrial], todo: int
+    ) -> Iterator[SuiteRun | None]:
+        keys = [trial.key for trial in plan_suite(suite)]
+        declared = RankingDeclaration.of_suite(suite)
+        if not todo and not _plan_changed(store, suite.suite, keys):
+            yield None
+            return
+        with suite_run(store, suite.suite, suite.cadence, len(planned), declared, keys) as run:
+            yield run if todo else None
+
+
+def _plan_changed(store: Engine, suite: str, keys: list[str]) -> bool:
+    """Do the suite's planned trials differ from those its latest run recorded?"""
+    found = recorded_plan(store, suite)
+    return found is None or found[1] != keys
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run is about to do (announced before it starts)."""
+
+    suite: str
+    n_trials: int
+    n_todo: int
+
+    @property
+    def n_stored(self) -> int:
+        return self.n_trials - self.n_todo
+
+
+@dataclass
+class SuiteRunResult:
+    """What a run did: its trials, the results it produced, and the trials' stored statuses."""
+
+    trials: list[PlannedTrial]
+    results: dict[str, TrialResult] = field(default_factory=dict)
+    statuses: dict[str, Status] = field(default_factory=dict)
+    suite_run_id: int | None = None
+
+    @property
+    def failed(self) -> bool:
+        """A trial of the run has no valid result (`layerbench run` exits with code 1)."""
+        return any(status.retried for status in self.statuses.values())
+
+
+ProgressDisplay = Callable[[int], AbstractContextManager[Progress]]
+"""A progress display over that many trials (the console's `RichProgress`)."""
+
+
+def _silent(total: int) -> AbstractContextManager[Progress]:
+    return nullcontext(SilentProgress())
+
+
+@dataclass(frozen=True)
+class Display:
+    """What the run shows: its plan before it starts, and progress over the trials it runs."""
+
+    announce: Callable[[RunPlan], None] = lambda plan: None
+    progress: ProgressDisplay = _silent
+
+
+def run_suite(
+    suite: Suite,
+    *,
+    executor: Executor,
+    store: Engine,
+    tracker: Callable[[], Tracker] | None = None,
+    options: RunOptions = RunOptions(),
+    record: RunRecord | None = None,
+    policy: RoundPolicy | None = None,
+    display: Display = Display(),
+    stop: threading.Event | None = None,
+) -> SuiteRunResult:
+    """Run the suite's trials that have no stored result (see the module doc); `tracker` makes
+    the tracker, called only when a trial runs or one stored is not logged yet. Raises
+    `harness.runner.plan.SelectionError` for a bad `options.only`."""
+    record = record or InvocationRecord()
+    policy = policy or FixedDesign()
+    planned = plan_suite(suite)
+    selected = select_trials(planned, options.only) if options.only else planned
+    trials = record.trials(store, suite, selected)
+    outcome = SuiteRunResult(trials)
+    batch = _todo(store, policy.trials(Round(0, trials, store, {})), options)
+    display.announce(RunPlan(suite.suite, len(trials), len(batch)))
+    tracking = _tracking(store, suite, tracker, bool(batch))
+    with record.open(store, suite, trials, len(batch)) as run:
+        if run is not None:
+            outcome.suite_run_id = run.id
+            on_finish = tracking.on_finish if tracking else None
+            ledger = StoreLedger(store, run.id, options.force, options.retry_failed, on_finish)
+            _rounds(suite, executor, ledger, policy, batch, outcome, options, display, stop)
+            run.n_ran = len(outcome.results)
+    outcome.statuses = trial_statuses(store, [t.key for t in trials])
+    return outcome
+
+
+def _rounds(
+    suite: Suite,
+    executor: Executor,
+    ledger: StoreLedger,
+    policy: RoundPolicy,
+    batch: list[PlannedTrial],
+    outcome: SuiteRunResult,
+    options: RunOptions,
+    display: Display,
+    stop: threading.Event | None,
+) -> None:
+    """Execute round after round until the policy returns no runnable trial (or `stop`)."""
+    if batch and _uses_hub(suite):
+        offline_unless_hub_reachable()
+    number = 0
+    while batch and not (stop is not None and stop.is_set()):
+        with display.progress(len(batch)) as progress:
+            outcome.results |= executor(batch, ledger, progress, stop)
+        number += 1
+        next_round = Round(number, outcome.trials, ledger.engine, outcome.results)
+        batch = _todo(ledger.engine, policy.trials(next_round), options)
+
+
+def _todo(store: Engine, batch: Sequence[PlannedTrial], options: RunOptions) -> list[PlannedTrial]:
+    statuses = trial_statuses(store, [t.key for t in batch])
+    return [t for t in batch if options.runnable(statuses.get(t.key))]
+
+
+def _tracking(
+    store: Engine, suite: Suite, tracker: Callable[[], Tracker] | None, runs: bool
+) -> Tracker | None:
+    """The tracker, after logging what an earlier run stored but did not log; None without."""
+    if tracker is None or not suite.tracking.mlflow:
+        return None
+    if not runs and not unlogged_count(store, suite.suite):
+        return None
+    made = tracker()
+    made.backfill(suite.suite)
+    return made
+
+
+def _uses_hub(suite: Suite) -> bool:
+    """Does the suite load pretrained models or lm-eval tasks (which may reach the hub)?"""
+    return any(
+        isinstance(MODELS.entry(m["type"]), PretrainedModelEntry) for m in suite.models.values()
+    ) or any(isinstance(TASKS.entry(t["type"]), EvalTaskEntry) for t in suite.tasks.values())
