@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.nightly.run import SuiteOutcome
+from harness.ranking.table import EMPTY
 from harness.repro import rerun_comparison
 from harness.store.models import Alert
 
@@ -101,14 +102,14 @@ def build_report(outcomes: Sequence[SuiteOutcome], day: date, code: int) -> dict
 
 def number(value: Any, digits: int = 4) -> str:
     if value is None:
-        return "n/a"
+        return EMPTY
     if isinstance(value, str):
         return value
     return f"{value:.{digits}g}"
 
 
 def interval(ci: Sequence[Any]) -> str:
-    return "n/a" if ci[0] is None else f"[{number(ci[0])}, {number(ci[1])}]"
+    return EMPTY if ci[0] is None else f"[{number(ci[0])}, {number(ci[1])}]"
 
 
 def alert_line(record: dict[str, Any]) -> str:
