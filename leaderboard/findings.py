@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 import pandas as pd
 
 from harness.ranking.findings import Finding, RecipeCheck
+from harness.ranking.sequential import describe, verdict_note
 from harness.ranking.table import EMPTY
 from harness.registry import METRICS
 
@@ -95,9 +96,13 @@ def difference(check: RecipeCheck | None) -> str:
 
 
 def seeds(check: RecipeCheck | None) -> str:
-    """Seeds used, and the seeds an inconclusive check would need."""
+    """Seeds used, and the seeds an inconclusive check would need (or, with sequential seeds,
+    the looks it took: the Details expander has how it stopped and its CPU seconds)."""
     if check is None:
         return EMPTY
+    if check.sequential is not None:
+        looks = check.sequential.looks
+        return f"{check.n} ({looks} look{'s' if looks != 1 else ''})"
     needed = f" (needs {check.seeds_needed})" if check.seeds_needed is not None else ""
     return f"{check.n}{needed}"
 
@@ -185,6 +190,10 @@ def details_frame(by_suite: Iterable[tuple[str, list[Finding]]]) -> pd.DataFrame
                         "decided by": check.decided_by,
                         "failed seeds (method, than)": f"{check.failed[0]}, {check.failed[1]}",
                         "seeds needed": check.seeds_needed,
+                        "seeds used (sequential)": describe(check.sequential)
+                        if check.sequential is not None
+                        else None,
+                        "note": verdict_note(check.sequential) or None,
                         "claim verdict": finding.verdict,
                     }
                 )

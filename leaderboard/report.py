@@ -68,9 +68,8 @@ def write_report(
     ranked by `metric` (default: the suite's); returns the markdown file."""
     ranking = rank_suite(engine, plan, metric=metric)
     if ranking is None:
-        raise ReportError(
-            f"no stored results for suite '{suite.suite}': run it with `layerbench run`"
-        )
+        why = "".join(f"\n{line}" for line in plan.unstored or ())
+        raise ReportError(f"no stored results for suite '{suite.suite}'{why}")
     figures = [f for group in groups(ranking) for f in group_figures(engine, ranking, *group)]
     if ranking.findings:
         figures.append(findings_figure(ranking.findings))

@@ -63,6 +63,12 @@ def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("LAYERBENCH_DB", f"sqlite:///{tmp_path / 'layerbench.db'}")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # in-process commands route third-party logs (harness/logs.py): undone after each test
+    monkeypatch.setenv("LAYERBENCH_LOG_FILE", str(tmp_path / "layerbench.log"))
+    monkeypatch.setenv(
+        "MLFLOW_CONFIGURE_LOGGING", os.environ.get("MLFLOW_CONFIGURE_LOGGING", "true")
+    )
+    monkeypatch.delenv("LAYERBENCH_VERBOSE", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 

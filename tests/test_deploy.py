@@ -83,7 +83,7 @@ def test_dockerfile_is_hadolint_clean() -> None:
     assert linted.returncode == 0 and not linted.stdout.strip(), linted.stdout + linted.stderr
 
 
-@pytest.mark.parametrize("name", ["compose.yaml", "compose.gpu.yaml"])
+@pytest.mark.parametrize("name", ["compose.yaml", "compose.gpu.yaml", "compose.host.yaml"])
 def test_compose_files_follow_the_compose_specification(name: str) -> None:
     schema = json.loads(SCHEMA.read_text())
     validator = jsonschema.Draft7Validator(schema)

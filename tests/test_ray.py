@@ -214,4 +214,4 @@ def test_an_unknown_backend_is_invalid_input(tiny_suite: Path) -> None:
 
     ran = CliRunner().invoke(app, ["run", str(tiny_suite), "--backend", "spark"])
     assert ran.exit_code == 2
-    assert "--backend must be local or ray" in ran.output
+    assert "--backend must be local, ray or slurm" in ran.output

@@ -146,3 +146,56 @@ def test_a_type_that_is_not_a_name_is_located(tmp_path: Path) -> None:
     path.write_text(path.read_text().replace("{type: lm,", "{type: {},"))
     (problem,) = problems_of(path)
     assert problem.startswith(f"{path}:{line_of(path, 'type: {}')}: tasks.bytes.type: 'type' must")
+
+
+def validate_fails(path: Path) -> str:
+    """`layerbench validate PATH`: exit 2, no traceback; its output."""
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    return result.output
+
+
+def test_a_task_window_longer_than_the_model_context_is_located(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, "pre-ln: {}")
+    path.write_text(path.read_text().replace("seq_len: 32}", "seq_len: 128}"))
+    (problem,) = problems_of(path)
+    assert problem == (
+        f"{path}:{line_of(path, 'seq_len: 128')}: tasks.bytes.seq_len: 128 is longer than the "
+        "max_seq_len of model 'gpt-2l' (64): lower seq_len or raise the model's max_seq_len"
+    )
+    assert "tasks.bytes.seq_len" in validate_fails(path)
+
+
+def test_an_empty_sweep_list_is_located(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, "pre-ln: {}\nswept:\n  sweep: {optimizer.lr: []}")
+    (problem,) = problems_of(path)
+    assert problem == (
+        f"{path}:{line_of(path, 'optimizer.lr')}: methods.swept.sweep.optimizer.lr: an empty "
+        "list sweeps no value, so the method would have no trials"
+    )
+    assert "methods.swept.sweep" in validate_fails(path)
+
+
+def alias_bomb(levels: int, references: int) -> str:
+    """`levels` anchors, each a list of `references` aliases of the one before."""
+    lines = ["suite: bomb", f"a0: &a0 [{', '.join(['x'] * references)}]"]
+    for level in range(1, levels + 1):
+        aliases = ", ".join([f"*a{level - 1}"] * references)
+        lines.append(f"a{level}: &a{level} [{aliases}]")
+    return "\n".join(lines) + "\nmodels: {}\n"
+
+
+@pytest.mark.parametrize("text", [alias_bomb(8, 9), "suite: loop\nl: &l [1, *l]\n"])
+def test_an_alias_bomb_is_refused_before_it_expands(tmp_path: Path, text: str) -> None:
+    """9^8 (43 million) values: refused from the composed graph, where an alias is one node."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(text)
+    (problem,) = problems_of(path)
+    assert "YAML aliases expand this to more than 100,000 values" in problem
+    assert problem.startswith(f"{path}:")
+    assert "YAML aliases" in validate_fails(path)
+
+
+def test_anchors_and_merge_keys_of_a_real_size_still_load(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, "pre-ln: &base {norm: {type: rmsnorm}}\nother: {<<: *base}")
+    assert set(load_suite(path).methods) == {"pre-ln", "other"}

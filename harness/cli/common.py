@@ -3,6 +3,7 @@ into one red line and exit code 2 (SPEC section 10)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -10,8 +11,9 @@ import typer
 from sqlalchemy import Engine
 
 from harness.console import errors
+from harness.logs import VERBOSE_ENV, log_file_beside, route_logs, written
 from harness.spec import Suite, SuiteError, load_suite
-from harness.store.db import DatabaseError, open_database
+from harness.store.db import DatabaseError, database_url, open_database
 
 app = typer.Typer(
     help="LayerBench: benchmark layerwise deep-learning methods.",
@@ -30,6 +32,26 @@ DbOption = Annotated[
 ]
 NoMlflowOption = Annotated[bool, typer.Option("--no-mlflow", help="Do not log to MLflow.")]
 WorkersOption = Annotated[int, typer.Option(min=1, help="Trials run at once.")]
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Show third-party libraries' warnings and logs.")
+    ] = False,
+) -> None:
+    """LayerBench: benchmark layerwise deep-learning methods."""
+    if verbose:
+        os.environ[VERBOSE_ENV] = "1"
+    route_logs(log_file_beside(database_url(None)))
+
+    def say_where() -> None:
+        if path := written():
+            note = f"third-party messages: {path} (--verbose shows them)"
+            errors.print(note, markup=False, highlight=False, soft_wrap=True)
+
+    ctx.call_on_close(say_where)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -55,6 +77,7 @@ def load(path: Path) -> Suite:
 
 
 def open_db(url: str | None) -> Engine:
+    route_logs(log_file_beside(database_url(url)))  # third-party messages: beside the database
     try:
         return open_database(url)
     except DatabaseError as error:

@@ -1,4 +1,5 @@
-"""`layerbench validate`, `methods`, `leaderboard`, `db upgrade`, `data install` and `cache`."""
+"""`layerbench validate`, `methods`, `versions`, `leaderboard`, `db upgrade`, `data install`
+and `cache`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Annotated
 import typer
 
 from harness.cli.common import DbOption, app, data_app, db_app, fail, load, open_db
-from harness.console import console
+from harness.console import console, errors
 from harness.registry import FAMILIES
 from harness.runner.plan import plan_suite
 
@@ -69,6 +70,34 @@ def leaderboard(
     }
     command = [sys.executable, "-m", "leaderboard.serve", "--port", str(port), "--address", host]
     os.execve(sys.executable, command, env)  # the server replaces this process (and its signals)
+
+
+@app.command()
+def versions(
+    update: Annotated[
+        bool, typer.Option("--update", help="Record the entries' current sources and versions.")
+    ] = False,
+    same_results: Annotated[
+        list[str] | None,
+        typer.Option(help="FAMILY:NAME whose code changed but whose results cannot (repeatable)."),
+    ] = None,
+) -> None:
+    """Check (or record) that no built-in method's code changed without a version bump."""
+    from harness.runner import sources
+
+    if not update:
+        found = sources.check()
+        for problem in found:
+            errors.print(f"[red]error:[/] {problem}", highlight=False, soft_wrap=True)
+        if found:
+            raise typer.Exit(2)
+        console.print(f"ok: every built-in entry matches {sources.LOCK.name}")
+        return
+    try:
+        changed = sources.update(same_results or ())
+    except sources.UnversionedChangeError as error:
+        raise fail(str(error)) from None
+    console.print(f"recorded {len(changed)} changed entries: {', '.join(changed) or 'none'}")
 
 
 @db_app.command("upgrade")

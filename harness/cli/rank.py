@@ -39,13 +39,31 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     # one unwrapped print: rendering 1,000 lines one by one was a third of `plan`'s time
     lines = plan_lines(suite, trials, engine, statuses)
     console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
-    counts = Counter(statuses.get(t.key, Status.PENDING) for t in trials)
+    counts = Counter(status_of(suite, t, statuses) for t in trials)
     console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if (schedule := suite.schedule) is not None:
+        initial = sum(t.seed < schedule.initial for t in trials)
+        console.print(
+            f"sequential seeds: {initial} initial trials (seeds 0-{schedule.initial - 1}), "
+            f"then {schedule.step} seed(s) at a time for undecided comparisons, at most "
+            f"{len(trials)} trials (seeds 0-{schedule.max - 1}); docs/sequential.md"
+        )
     if any(trial.sweep for trial in trials):
         metric = suite.rank.tune_metric or suite.rank.metric
         console.print(
             f"* the tuned result: {TUNING_RULES[suite.rank.tuning].format(metric=metric)}"
         )
+
+
+IF_NEEDED = "if needed"
+"""`plan`'s status of a sequential suite's later seed that has not run."""
+
+
+def status_of(suite: Suite, trial: PlannedTrial, statuses: dict[str, Status]) -> str:
+    """The trial's stored status; pending, or "if needed" for a seed beyond a sequential
+    schedule's initial ones."""
+    later = suite.schedule is not None and trial.seed >= suite.schedule.initial
+    return statuses.get(trial.key, IF_NEEDED if later else Status.PENDING)
 
 
 def plan_lines(
@@ -67,16 +85,17 @@ def plan_lines(
         value = metric_value(stored[trial.key], metric) if trial.key in stored else None
         shown = "" if value is None else f"{value:.4g}"
         mark = "*" if trial.sweep and trial.key in tuned else " "
-        status = statuses.get(trial.key, Status.PENDING)
+        status = status_of(suite, trial, statuses)
         lines.append(f"{trial.key[:12]}  {status:>8}  {shown:>9} {mark} {trial.label}")
     return lines
 
 
-def current_plan(suite: Suite) -> RankPlan:
-    """What `rank` ranks of a suite file: its trials as planned now."""
-    from harness.ranking.suite import plan_of
+def current_plan(suite: Suite, engine: Engine) -> RankPlan:
+    """What `rank` ranks of a suite file: its trials as planned now (and why some have no
+    stored result)."""
+    from harness.ranking.suite import planned
 
-    return plan_of(suite, [trial.key for trial in plan_suite(suite)])
+    return planned(engine, suite, plan_suite(suite))
 
 
 def build_ranking(
@@ -87,7 +106,7 @@ def build_ranking(
     from harness.ranking.suite import rank_suite
 
     try:
-        return rank_suite(engine, current_plan(suite), metric=metric, all_points=all_points)
+        return rank_suite(engine, current_plan(suite, engine), metric=metric, all_points=all_points)
     except RegistryError as error:
         raise fail(str(error)) from None
 
@@ -127,11 +146,11 @@ def rank_command(
     if not is_format(format):
         raise fail(f"--format must be one of {', '.join(FORMATS)} (got '{format}')")
     suite = load(suite_path)
-    ranking = build_ranking(suite, open_db(db), metric, all_points)
+    engine = open_db(db)
+    ranking = build_ranking(suite, engine, metric, all_points)
     if ranking is None:
-        raise fail(
-            f"no stored results for suite '{suite.suite}': run `layerbench run {suite_path}`"
-        )
+        why = "".join(f"\n{line}" for line in current_plan(suite, engine).unstored or ())
+        raise fail(f"no stored results for suite '{suite.suite}'{why}")
     if format == "table":
         print_ranking(ranking, width)
     elif format == "json":
@@ -160,11 +179,12 @@ def report(
     suite = load(suite_path)
     try:
         folder = out or Path("reports") / suite.suite
+        engine = open_db(db)
         if html is not None:
             command = report_command(suite_path, db, html, metric)
-            path = write_html(open_db(db), suite, current_plan(suite), html, command, metric)
+            path = write_html(engine, suite, current_plan(suite, engine), html, command, metric)
         else:
-            path = write_report(open_db(db), suite, current_plan(suite), folder, metric)
+            path = write_report(engine, suite, current_plan(suite, engine), folder, metric)
     except (ReportError, RegistryError) as error:
         raise fail(str(error)) from None
     console.print(f"wrote {path}")
@@ -172,9 +192,16 @@ def report(
 
 @app.command()
 def status(db: DbOption = None) -> None:
-    """Trials stored per suite and status."""
-    rows = status_counts(open_db(db))
+    """Trials stored per suite and status, and those no longer current here (superseded by a
+    version change, or their data not installed)."""
+    from harness.store.coverage import stale_counts, stale_trials
+
+    engine = open_db(db)
+    rows = status_counts(engine)
     if not rows:
         console.print("no trials stored")
     for suite, trial_status, count in rows:
         console.print(f"{suite:<30} {trial_status:<9} {count}")
+    for suite, reason, count in stale_counts(stale_trials(engine)):
+        line = f"{suite:<30} not current: {count} {reason}"
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from sqlalchemy import Engine
@@ -27,8 +27,9 @@ from harness.runner.plan import SelectionError
 from harness.service import RunOptions, RunPlan, SuiteRunResult, Tracker, run_suite
 from harness.service.run import Display
 from harness.spec import Suite
+from harness.spec.schema import SlurmSpec
 
-BACKENDS = ("local", "ray")
+BACKENDS = ("local", "ray", "slurm")
 
 
 @app.command()
@@ -43,7 +44,10 @@ def run(
     retry_failed: Annotated[bool, typer.Option(help="Rerun failed and timed-out trials.")] = False,
     no_mlflow: NoMlflowOption = False,
     backend: Annotated[
-        str, typer.Option(help="local (--workers processes here) or ray (as the cluster allows).")
+        str,
+        typer.Option(
+            help="local (--workers processes here), ray or slurm (as the cluster allows)."
+        ),
     ] = "local",
     ray_address: Annotated[
         str | None, typer.Option(help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).")
@@ -51,14 +55,31 @@ def run(
     retries: Annotated[
         int, typer.Option("--ray-max-retries", min=0, help="Ray retries of a dead worker.")
     ] = 1,
+    slurm_partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
+    slurm_account: Annotated[str | None, typer.Option(help="Slurm account.")] = None,
+    slurm_qos: Annotated[str | None, typer.Option(help="Slurm quality of service.")] = None,
+    slurm_array_parallelism: Annotated[
+        int | None, typer.Option(min=1, help="Trials queued or running on Slurm at once.")
+    ] = None,
+    sbatch: Annotated[
+        list[str] | None, typer.Option(help="Another sbatch flag as KEY=VALUE (repeatable).")
+    ] = None,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
     if backend not in BACKENDS:
-        raise fail(f"--backend must be local or ray (got '{backend}')")
+        raise fail(f"--backend must be local, ray or slurm (got '{backend}')")
     suite = load(suite_path)
     engine = open_db(db)
     if backend == "ray":
         executor = ray_executor(suite, ray_address, retries)
+    elif backend == "slurm":
+        flags = {
+            "partition": slurm_partition,
+            "account": slurm_account,
+            "qos": slurm_qos,
+            "array_parallelism": slurm_array_parallelism,
+        }
+        executor = slurm_executor(suite, slurm_settings(suite.slurm, flags, sbatch or []))
     else:
         from harness.runner.local import local_executor
 
@@ -78,10 +99,11 @@ def execute(
     tracker: Callable[[], Tracker] | None,
     options: RunOptions,
 ) -> SuiteRunResult:
-    """`run_suite` with the console's display; a bad `--only` or no Ray exits 2."""
+    """`run_suite` with the console's display; a bad `--only`, no Ray or no Slurm exits 2."""
     from harness.runner.ray_backend import RayUnavailableError
+    from harness.runner.slurm_backend import SlurmUnavailableError
 
-    display = Display(announce=announce, progress=RichProgress)
+    display = Display(announce=announce, progress=RichProgress, look=show_look)
     try:
         return run_suite(
             suite,
@@ -91,7 +113,7 @@ def execute(
             options=options,
             display=display,
         )
-    except (SelectionError, RayUnavailableError) as error:
+    except (SelectionError, RayUnavailableError, SlurmUnavailableError) as error:
         raise fail(str(error)) from None
 
 
@@ -99,6 +121,10 @@ def announce(plan: RunPlan) -> None:
     console.print(
         f"{plan.suite}: {plan.n_trials} trials, {plan.n_stored} stored, {plan.n_todo} to run"
     )
+
+
+def show_look(text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def mlflow_tracker(engine: Engine) -> Callable[[], Tracker]:
@@ -117,3 +143,22 @@ def ray_executor(suite: Suite, address: str | None, retries: int) -> Executor:
     from harness.runner.ray_backend import ray_executor as on_ray
 
     return on_ray(address, suite.resources, retries)
+
+
+def slurm_settings(spec: SlurmSpec, flags: dict[str, Any], sbatch: list[str]) -> SlurmSpec:
+    """The suite's `slurm:` section with the command line's `--slurm-*` and `--sbatch` over it;
+    a `--sbatch` without `=` exits 2."""
+    extra = dict(spec.sbatch)
+    for flag in sbatch:
+        key, equals, value = flag.partition("=")
+        if not equals or not key:
+            raise fail(f"--sbatch takes KEY=VALUE, e.g. --sbatch constraint=a100 (got '{flag}')")
+        extra[key.lstrip("-")] = value
+    chosen = {name: value for name, value in flags.items() if value is not None}
+    return spec.model_copy(update={**chosen, "sbatch": extra})
+
+
+def slurm_executor(suite: Suite, slurm: SlurmSpec) -> Executor:
+    from harness.runner.slurm_backend import slurm_executor as on_slurm
+
+    return on_slurm(suite.resources, slurm)

@@ -63,6 +63,8 @@ class TrialOutcome:
     key: str = ""
     series: Sequence[EvalPoint] = ()
     """The target metric at each evaluation (empty when there is no target)."""
+    wall_time_s: float | None = None
+    """The trial's wall-clock seconds (one worker process), where stored."""
 
 
 def cell_of(outcome: TrialOutcome) -> CellKey:

@@ -146,18 +146,23 @@ NORM_TYPES.declare("seednorm", "harness.methods.norms:seednorm")
 NORM_TYPES.declare("identity", "harness.methods.norms:identity")
 
 # optimizers.py
+PYTORCH_OPTIMIZER = ("pytorch-optimizer",)
 OPTIMIZERS.declare("adamw", "harness.methods.optimizers:adamw")
 OPTIMIZERS.declare("adam", "harness.methods.optimizers:adam")
 OPTIMIZERS.declare("sgd", "harness.methods.optimizers:sgd")
-OPTIMIZERS.declare("lion", "harness.methods.optimizers:lion")
-OPTIMIZERS.declare("lamb", "harness.methods.optimizers:lamb")
-OPTIMIZERS.declare("lars", "harness.methods.optimizers:lars", params=LarsParams)
-OPTIMIZERS.declare("novograd", "harness.methods.optimizers:novograd")
+OPTIMIZERS.declare("lion", "harness.methods.optimizers:lion", libraries=PYTORCH_OPTIMIZER)
+OPTIMIZERS.declare("lamb", "harness.methods.optimizers:lamb", libraries=PYTORCH_OPTIMIZER)
+OPTIMIZERS.declare(
+    "lars", "harness.methods.optimizers:lars", params=LarsParams, libraries=PYTORCH_OPTIMIZER
+)
+OPTIMIZERS.declare("novograd", "harness.methods.optimizers:novograd", libraries=PYTORCH_OPTIMIZER)
 OPTIMIZERS.declare("adafactor", "harness.methods.optimizers:adafactor")
 OPTIMIZERS.declare("muon", "harness.methods.optimizers:muon", params=MuonParams)
 OPTIMIZERS.declare("rmnp", "harness.methods.optimizers:rmnp", params=HybridParams)
 OPTIMIZERS.declare("sinkgd", "harness.methods.optimizers:sinkgd", params=SinkGDParams)
-OPTIMIZERS.declare("scion", "harness.methods.optimizers:scion", params=ScionParams)
+OPTIMIZERS.declare(
+    "scion", "harness.methods.optimizers:scion", params=ScionParams, libraries=PYTORCH_OPTIMIZER
+)
 
 # optimizers.py
 SCHEDULES.declare("constant", "harness.methods.optimizers:constant")
@@ -197,21 +202,28 @@ QUANTIZERS.declare(
     "harness.methods.quantization:hqq",
     bits=frozenset({2, 3, 4, 8}),
     options=frozenset({"group_size"}),
+    libraries=("hqq",),
 )
 QUANTIZERS.declare(
     "torchao_int8",
     "harness.methods.quantization:torchao_int8",
     bits=frozenset({8}),
     options=frozenset(),
+    libraries=("torchao",),
 )
 QUANTIZERS.declare(
     "torchao_int4",
     "harness.methods.quantization:torchao_int4",
     bits=frozenset({4}),
     options=LAYOUT_OPTIONS,
+    libraries=("torchao",),
 )
 QUANTIZERS.declare(
-    "quanto", "harness.methods.quantization:quanto", bits=frozenset({2, 4, 8}), options=frozenset()
+    "quanto",
+    "harness.methods.quantization:quanto",
+    bits=frozenset({2, 4, 8}),
+    options=frozenset(),
+    libraries=("optimum-quanto",),
 )
 
 # quantization.py

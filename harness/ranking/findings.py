@@ -22,6 +22,10 @@ Per recipe, over the seeds both methods finished (`harness.ranking.stats`):
   at alpha / (the directional checks Holm adjusts over), the level the first of them must pass,
   or for a tie, to exclude the nearer margin (margin - |difference|) at alpha.
 
+With sequential seeds (`seeds: {initial, max, step}`), the interval, p-value and verdict of each
+check are instead the anytime-valid ones of `harness.ranking.sequential` (`decided_by =
+"sequential"`, the look record in `sequential`), valid however many looks the run took.
+
 A claim's verdict is its recipes' common verdict, or **fragile** when they differ: `flipped_by`
 names the recipes whose verdict differs from the first recipe's (the paper's, listed first).
 """
@@ -29,7 +33,7 @@ names the recipes whose verdict differs from the first recipe's (the paper's, li
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -37,9 +41,16 @@ import numpy as np
 from harness.core import Direction, TrialOutcome
 from harness.ranking.groups import Group, build_group
 from harness.ranking.outcomes import select_tuned
+from harness.ranking.sequential import (
+    CheckDecision,
+    CheckInput,
+    SequentialCheck,
+    decide,
+    summary,
+)
 from harness.ranking.stats import finite_or_none, holm, row_stds, seeds_needed, t_ci
 from harness.registry import METRICS
-from harness.spec.schema import Claim, ClaimDirection, Tuning
+from harness.spec.schema import Claim, ClaimDirection, SeedSchedule, Tuning
 
 Verdict = Literal["reproduced", "contradicted", "inconclusive"]
 ClaimVerdict = Literal["reproduced", "contradicted", "inconclusive", "fragile", "no data"]
@@ -60,9 +71,11 @@ class RecipeCheck:
     """Holm-adjusted over the suite's directional tests; None for a tie or without a test."""
     seeds_needed: int | None
     verdict: Verdict
-    decided_by: Literal["test", "interval", "failures"] | None = None
+    decided_by: Literal["test", "interval", "failures", "sequential"] | None = None
     failed: tuple[int, int] = (0, 0)
     """Seeds (of method, of than) that failed where the other finished."""
+    sequential: SequentialCheck | None = None
+    """With sequential seeds: n, looks, how it stopped, the interval's level, CPU seconds."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +108,14 @@ class Finding:
         return self.verdict
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"claim": self.claim}
+        found = asdict(self) | {"claim": self.claim}
+        records = [c.sequential for c in self.checks if c.sequential is not None]
+        if records:  # sequential seeds only: the fixed design's JSON is unchanged
+            found["sequential"] = summary(records)
+        else:
+            for check in found["checks"]:
+                del check["sequential"]
+        return found
 
 
 @dataclass(frozen=True)
@@ -112,6 +132,8 @@ class _Pending:
     favours: int  # +1 the difference favours method, -1 than, 0 neither
     failures: tuple[int, int]
     sd: float  # of the paired differences; NaN below 2 pairs
+    diffs: np.ndarray  # the paired differences in seed order
+    cpu_s: float  # wall seconds of both methods' trials of this recipe, every sweep point
 
 
 def findings(
@@ -124,16 +146,21 @@ def findings(
     tuning: Tuning = "per_method",
     alpha: float = 0.05,
     models: Sequence[str] = (),
+    schedule: SeedSchedule | None = None,
 ) -> list[Finding]:
     """The verdict of each claim (see the module doc). `metric` is the default of claims that
-    name none; `models` orders recipes of claims that list none (default: sorted)."""
+    name none; `models` orders recipes of claims that list none (default: sorted); `schedule`:
+    the suite's sequential seeds, if any."""
     tune_metric = tune_metric or metric
+    outcomes = list(outcomes)
     tuned = select_tuned(outcomes, tune_metric, METRICS.get(tune_metric).direction, tuning)
     pending = [
-        check
+        _with_cpu(check, claim, baseline, outcomes)
         for index, claim in enumerate(claims)
         for check in _checks(index, claim, tuned, baseline, metric, alpha, models)
     ]
+    if schedule is not None:
+        return _sequential_findings(claims, pending, baseline, metric, alpha, schedule)
     directional = [i for i, c in enumerate(pending) if claims[c.claim].direction != "tie"]
     tested = [i for i in directional if pending[i].p is not None]
     adjusted = dict(
@@ -153,6 +180,54 @@ def findings(
         )
         for index, claim in enumerate(claims)
     ]
+
+
+def _sequential_findings(
+    claims: Sequence[Claim],
+    pending: list[_Pending],
+    baseline: str | None,
+    metric: str,
+    alpha: float,
+    schedule: SeedSchedule,
+) -> list[Finding]:
+    """The findings under sequential seeds (`harness.ranking.sequential.decide`)."""
+    inputs = [
+        CheckInput(
+            "tie" if claims[c.claim].direction == "tie" else "directional",
+            c.diffs,
+            claims[c.claim].margin,
+            c.cpu_s,
+        )
+        for c in pending
+    ]
+    decisions = decide(inputs, alpha, schedule.initial, schedule.step, schedule.max)
+    checks = [
+        _decide(claims[c.claim], c, None, alpha, alpha, decision)
+        for c, decision in zip(pending, decisions, strict=True)
+    ]
+    return [
+        _finding(
+            index,
+            claim,
+            baseline,
+            metric,
+            [c for c, p in zip(checks, pending, strict=True) if p.claim == index],
+        )
+        for index, claim in enumerate(claims)
+    ]
+
+
+def _with_cpu(
+    check: _Pending, claim: Claim, baseline: str | None, outcomes: list[TrialOutcome]
+) -> _Pending:
+    """The check with the wall seconds of its two methods' trials on its recipe."""
+    methods = {claim.method, claim.than or baseline}
+    spent = sum(
+        o.wall_time_s or 0.0
+        for o in outcomes
+        if o.method in methods and o.model == check.model and o.task == check.task
+    )
+    return replace(check, cpu_s=float(spent))
 
 
 def _checks(
@@ -211,6 +286,8 @@ def _pending(
         favours,
         failures,
         sd,
+        diffs[0][both],
+        0.0,
     )
 
 
@@ -227,10 +304,15 @@ def _seeds_needed(claim: Claim, check: _Pending, alpha: float, each: float) -> i
 
 
 def _decide(
-    claim: Claim, check: _Pending, p: float | None, alpha: float, each: float
+    claim: Claim,
+    check: _Pending,
+    p: float | None,
+    alpha: float,
+    each: float,
+    sequential: CheckDecision | None = None,
 ) -> RecipeCheck:
     verdict: Verdict = "inconclusive"
-    decided_by: Literal["test", "interval", "failures"] | None = None
+    decided_by: Literal["test", "interval", "failures", "sequential"] | None = None
     own, other = check.failures
     expected = {"better": 1, "worse": -1, "tie": 0}[claim.direction]
     low, high = check.ci
@@ -240,6 +322,11 @@ def _decide(
         verdict = (
             "contradicted" if claim.direction == "tie" or favours != expected else "reproduced"
         )
+    elif sequential is not None:
+        decided_by = "sequential"
+        low, high = sequential.record.interval
+        p = sequential.record.p_anytime
+        verdict = _sequential_verdict(claim, sequential, check.favours)
     elif claim.direction == "tie" and low is not None and high is not None:
         margin = claim.margin or 0.0
         decided_by = "interval"
@@ -259,11 +346,25 @@ def _decide(
         low,
         high,
         p,
-        _seeds_needed(claim, check, alpha, each) if verdict == "inconclusive" else None,
+        _seeds_needed(claim, check, alpha, each)
+        if verdict == "inconclusive" and sequential is None
+        else None,
         verdict,
         decided_by,
         check.failures,
+        sequential.record if sequential is not None else None,
     )
+
+
+def _sequential_verdict(claim: Claim, decision: CheckDecision, favours: int) -> Verdict:
+    """reproduced / contradicted from a decided sequential check (`favours`: the side the
+    difference favours, +1 method), else inconclusive."""
+    if decision.outcome is None:
+        return "inconclusive"
+    if claim.direction == "tie":
+        return "reproduced" if decision.outcome == "inside" else "contradicted"
+    expected = 1 if claim.direction == "better" else -1
+    return "reproduced" if favours == expected else "contradicted"
 
 
 def _finding(

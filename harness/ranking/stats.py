@@ -39,12 +39,16 @@ def finite_or_none(x: float | np.ndarray) -> float | None:
 
 
 def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Holm-Bonferroni step-down adjusted p-values, in input order (Holm, 1979)."""
+    """Holm-Bonferroni step-down adjusted p-values, in input order (Holm, 1979); each row of the
+    last axis is one family."""
     p = np.asarray(p_values, dtype=float)
-    order = np.argsort(p, kind="stable")
-    steps = (p.size - np.arange(p.size)) * p[order]
+    order = np.argsort(p, axis=-1, kind="stable")
+    size = p.shape[-1] if p.ndim else 0
+    steps = (size - np.arange(size)) * np.take_along_axis(p, order, axis=-1)
     adjusted = np.empty_like(p)
-    adjusted[order] = np.minimum(1.0, np.maximum.accumulate(steps))
+    np.put_along_axis(
+        adjusted, order, np.minimum(1.0, np.maximum.accumulate(steps, axis=-1)), axis=-1
+    )
     return adjusted
 
 

@@ -18,12 +18,15 @@ from harness.ranking.outcomes import Target, each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
 from harness.spec.declaration import RankingDeclaration
-from harness.spec.schema import Claim, RankSpec, Suite
+from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
+from harness.store.coverage import unstored_notes
 from harness.store.nightly import latest_results
 from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+
+    from harness.records import PlannedTrial
 
 SUPERSEDED_UNKNOWN = (
     "no suite run recorded this suite's plan (a database older than this version): every "
@@ -43,9 +46,14 @@ class RankPlan:
     claims: tuple[Claim, ...] = ()
     models: tuple[str, ...] = ()
     """The suite's models in suite order: the recipes of claims that list none."""
+    unstored: tuple[str, ...] | None = None
+    """Why planned trials have no stored result (`harness.store.coverage.unstored_notes`); None
+    when not known (a recorded plan): `rank_suite` then states only their number."""
+    schedule: SeedSchedule | None = None
+    """The suite's sequential seeds, if any: claims get anytime-valid verdicts."""
 
 
-def plan_of(suite: Suite, keys: list[str]) -> RankPlan:
+def plan_of(suite: Suite, keys: list[str], unstored: tuple[str, ...] | None = None) -> RankPlan:
     """What to rank of a suite file: its trials `keys` (as the runner plans them now)."""
     declared = RankingDeclaration.of_suite(suite)
     return RankPlan(
@@ -55,7 +63,27 @@ def plan_of(suite: Suite, keys: list[str]) -> RankPlan:
         spec=declared.rank,
         claims=declared.expect,
         models=declared.models,
+        unstored=unstored,
+        schedule=declared.schedule,
     )
+
+
+def planned(engine: Engine, suite: Suite, trials: list[PlannedTrial]) -> RankPlan:
+    """What to rank of a suite file planned as `trials`, with why some have no stored result."""
+    notes = tuple(unstored_notes(engine, trials))
+    return plan_of(suite, [trial.key for trial in trials], notes)
+
+
+def unstored_count_note(plan: RankPlan, found: int) -> list[str]:
+    """The line for a recorded plan's trials without a stored result (their reasons need the
+    suite file: `planned`)."""
+    absent = len(plan.keys) - found
+    if absent <= 0:
+        return []
+    return [
+        f"{absent} of {len(plan.keys)} planned trials have no stored result (not run, running, "
+        f"or interrupted): `layerbench rank` of the suite file says why"
+    ]
 
 
 def recorded(engine: Engine, suite: str) -> RankPlan:
@@ -74,6 +102,7 @@ def recorded(engine: Engine, suite: str) -> RankPlan:
         warnings=warnings,
         claims=declared.expect,
         models=declared.models,
+        schedule=declared.schedule,
     )
 
 
@@ -137,9 +166,13 @@ def rank_suite(
     if not current_only:
         plan = replace(plan, keys=suite_keys(engine, plan.suite), warnings=())
     latest = nightly and current_only
-    outcomes = [o for o in plan_outcomes(engine, plan, latest) if keep is None or keep(o)]
+    loaded = plan_outcomes(engine, plan, latest)
+    outcomes = [o for o in loaded if keep is None or keep(o)]
     if not outcomes:
         return None
+    gaps = list(plan.unstored) if plan.unstored is not None else []
+    if plan.unstored is None and current_only:
+        gaps = unstored_count_note(plan, len(loaded))
     spec = plan.spec
     chosen = plan.baseline if baseline is UNSET else baseline
     if all_points:
@@ -161,7 +194,8 @@ def rank_suite(
         examples=examples,
     )
     found = [] if all_points else claim_findings(plan, outcomes, ranking.alpha)
-    return replace(ranking, warnings=[*plan.warnings, *ranking.warnings], findings=found)
+    warnings = [*gaps, *plan.warnings, *ranking.warnings]
+    return replace(ranking, warnings=warnings, findings=found)
 
 
 def claim_findings(
@@ -181,4 +215,5 @@ def claim_findings(
         tuning=spec.tuning,
         alpha=spec.alpha if alpha is None else alpha,
         models=plan.models,
+        schedule=plan.schedule,
     )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.core import point_label
 from harness.ranking.records import Ranking, RankRow
+from harness.ranking.sequential import SEQUENTIAL_HEADER, describe, verdict_note
 from harness.ranking.stats import CONFIDENCE_LEVEL
 
 if TYPE_CHECKING:
@@ -238,6 +239,7 @@ def findings_table(ranking: Ranking) -> Table | None:
     if not ranking.findings:
         return None
     rows = []
+    sequential = any(c.sequential for f in ranking.findings for c in f.checks)
     for finding in ranking.findings:
         overall, overall_text = finding.verdict, finding.verdict_text
         several = len({check.task for check in finding.checks}) > 1
@@ -250,7 +252,7 @@ def findings_table(ranking: Ranking) -> Table | None:
                 text(finding.source if lead else None),
             ]
             if check is None:
-                cells += [text(None)] * 7
+                cells += [text(None)] * (8 if sequential else 7)
             else:
                 recipe = f"{check.model} on {check.task}" if several else check.model
                 interval = (
@@ -259,6 +261,8 @@ def findings_table(ranking: Ranking) -> Table | None:
                     else EMPTY
                 )
                 verdict = check.verdict + (" (failures)" if check.decided_by == "failures" else "")
+                if note := verdict_note(check.sequential):
+                    verdict += f" ({note})"
                 cells += [
                     text(recipe),
                     Cell(check.n, str(check.n)),
@@ -271,13 +275,19 @@ def findings_table(ranking: Ranking) -> Table | None:
                     ),
                     Cell(check.verdict, verdict, check.verdict),
                 ]
+                if sequential:
+                    record = check.sequential
+                    cells.insert(-1, text(describe(record) if record else None))
             cells.append(Cell(overall, overall_text, overall) if lead else text(None))
             rows.append(cells)
-    return Table(
-        f"Findings (expected claims; alpha {ranking.alpha:g}, Holm over the directional claims)",
-        FINDINGS_HEADER,
-        [Section("", rows)],
-    )
+    title = f"Findings (expected claims; alpha {ranking.alpha:g}, Holm over the directional claims)"
+    header = list(FINDINGS_HEADER)
+    if sequential:
+        title = f"Findings (expected claims; alpha {ranking.alpha:g}; {SEQUENTIAL_HEADER})"
+        header.insert(header.index("verdict"), "seeds used")
+        header[header.index("95% CI of Δ")] = "anytime interval of Δ"
+        header[header.index("p (Holm)")] = "anytime p (Holm)"
+    return Table(title, header, [Section("", rows)])
 
 
 def tables(ranking: Ranking) -> list[Table]:

@@ -29,6 +29,7 @@ from harness.runner.backend import (
     record,
     renew_leases,
 )
+from harness.runner.warm import start_server
 
 
 @dataclass(kw_only=True)
@@ -39,10 +40,13 @@ class Running(Lease):
 
 
 def context() -> mp.context.BaseContext:
-    """A fork server that has imported torch and every registry once; trials fork from it."""
+    """A fork server that has imported torch and every registry once, and is warmed for the
+    suite (`harness.runner.warm`); trials fork from it."""
     os.environ.setdefault("TQDM_DISABLE", "1")  # read at import by the server's libraries
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["harness.runner.trial", *all_modules()])
+    ctx.set_forkserver_preload(
+        ["harness.runner.trial", *all_modules(), "harness.runner.warm_server"]
+    )
     return ctx
 
 
@@ -80,6 +84,7 @@ def run_local(
     progress = progress or SilentProgress()
     ctx = context()
     pending = deque(trials)
+    start_server(pending)
     active: dict[Connection, Running] = {}
     results: dict[str, TrialResult] = {}
     while pending or active:

@@ -2,6 +2,16 @@
 
 Its key is the SHA-256 of the canonical resolved config, the versions that change results
 and the task's data fingerprint, so an unchanged trial is never run twice.
+
+The versions are those of the packages every trial depends on (`package_versions`: layerbench,
+torch, transformers, lm-eval) and, since entries have versions, those of the entries the trial
+uses and of the method libraries that implement them (`trial_versions`). These two enter the key
+only where they differ from their initial values (entry version 1, the method libraries' baseline
+`METHOD_LIBRARIES`), so the key of a trial that uses none of them changed is the key computed
+before entries had versions: the stored results (docs/results/data/) keep matching their suites,
+while bumping an entry or upgrading a method library changes the keys of exactly the trials that
+use it, whose stored results then read as superseded. (A key schema stored beside each trial
+would have needed a migration and a second key per planned trial to keep old results matched.)
 """
 
 from __future__ import annotations
@@ -12,11 +22,23 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness.env import cuda_available, package_versions
+from harness.env import cuda_available, method_library_versions, package_versions
 from harness.records import PlannedTrial
-from harness.registry import MODELS, TASKS, Entry, ModelEntry, Registry, TaskEntry, suggest
+from harness.registry import (
+    FAMILIES,
+    INITIAL_VERSION,
+    MODELS,
+    TASKS,
+    Entry,
+    ModelEntry,
+    PretrainedModelEntry,
+    Registry,
+    TaskEntry,
+    suggest,
+)
 from harness.spec.resolve import (
     matrix_cells,
+    resolve_compile,
     resolve_precision,
     resolved_optimizer,
     trial_settings,
@@ -30,13 +52,63 @@ def canonical(value: Any) -> str:
 
 def trial_key(identity: dict[str, Any], config: dict[str, Any], fingerprint: str) -> str:
     """SHA-256 of who the trial is (suite, method, model, task), its config, versions, data."""
-    payload = {
-        "trial": identity,
-        "config": config,
-        "versions": package_versions(),
-        "data": fingerprint,
-    }
+    return key_of(identity, config, fingerprint, package_versions(), trial_versions(config))
+
+
+def key_of(
+    identity: dict[str, Any],
+    config: dict[str, Any],
+    fingerprint: str,
+    packages: dict[str, str],
+    versions: dict[str, Any],
+) -> str:
+    """The key from its parts; `versions` (entries and method libraries off their initial
+    values) is left out when empty, as in keys computed before entries had versions."""
+    payload = {"trial": identity, "config": config, "versions": packages, "data": fingerprint}
+    if versions:
+        payload["method_versions"] = versions
     return hashlib.sha256(canonical(payload).encode()).hexdigest()
+
+
+TRAINING = ("norm.", "optimizer.", "train.")
+"""The families a pretrained (evaluation-only) model does not use, whatever its config says."""
+CONFIG_PATHS = {
+    "synthetic.kind": "task.kind",
+    "corpus": "task.corpus",
+    "tokenizer": "task.tokenizer",
+    "optimizer.layerwise": "optimizer.layerwise.name",
+}
+"""Where a family's name lies in a trial's config, where it is not the family's key."""
+
+
+def used_entries(config: dict[str, Any]) -> dict[str, Entry[Any]]:
+    """The registry entries a trial with this resolved config uses, by "FAMILY:NAME" (FAMILY
+    as in `FAMILIES`, e.g. `optimizer.name:lamb`)."""
+    model = MODELS.entry(config["model"]["type"])
+    found = {}
+    for family, registry in FAMILIES.items():
+        if isinstance(model, PretrainedModelEntry) and family.startswith(TRAINING):
+            continue
+        name: Any = config
+        for part in CONFIG_PATHS.get(family, family).split("."):
+            name = name.get(part) if isinstance(name, dict) else None
+        if isinstance(name, str) and name in registry:
+            found[f"{family}:{name}"] = registry.entry(name)
+    return found
+
+
+def trial_versions(config: dict[str, Any]) -> dict[str, Any]:
+    """The versions of the entries the trial uses that are past their first, and of the method
+    libraries those entries use that are not at their baseline (see the module docstring)."""
+    entries = used_entries(config)
+    changed = method_library_versions()
+    versions: dict[str, Any] = {
+        key: entry.version for key, entry in entries.items() if entry.version != INITIAL_VERSION
+    }
+    libraries = {
+        lib: changed[lib] for e in entries.values() for lib in e.libraries if lib in changed
+    }
+    return {**versions, **({"libraries": libraries} if libraries else {})}
 
 
 def plan_suite(suite: Suite) -> list[PlannedTrial]:
@@ -49,10 +121,13 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
     trials = []
     for method, model, task in matrix_cells(suite):
         for point, settings in settings_of[method]:
-            for seed in suite.seeds:
+            for seed in suite.seed_list:
                 resolved_settings = settings.model_dump(mode="json")
                 resolved_settings["optimizer"] = resolved_optimizer(
                     resolved_settings["optimizer"], settings.device, cuda
+                )
+                resolved_settings["train"]["compile"] = resolve_compile(
+                    settings.train.compile, settings.device, cuda
                 )
                 config = {
                     **resolved_settings,

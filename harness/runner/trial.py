@@ -27,6 +27,7 @@ from harness.cache import DataMissingError
 from harness.core import Status
 from harness.diagnostics import StepProbe, diagnostic_inputs, hidden_state_stats
 from harness.env import cpu_model, git_commit, package_versions
+from harness.logs import detach_stream_handlers
 from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
 from harness.records import LayerStat, SeriesPoint, TrialResult
@@ -38,12 +39,15 @@ from harness.registry import (
     PretrainedModelEntry,
     TrainTaskEntry,
 )
-from harness.runner.plan import section
+from harness.runner.plan import section, trial_versions
 from harness.runner.posttrain import compress
-from harness.spec.resolve import resolve_precision
+from harness.runner.warm import prebuilt_task
+from harness.spec.resolve import resolve_compile, resolve_precision
 from harness.spec.schema import TrialSettings
 from harness.tasks.base import Batch, Task
 from harness.tasks.corpora import ModelTokenizer
+
+detach_stream_handlers()  # torch's, attached at its import (the fork server imports this module)
 
 Report = Callable[[int, int, float], None]
 CALIBRATION_LENGTH = 128  # tokens per calibration window of a pretrained model
@@ -80,10 +84,12 @@ def autocast(device: torch.device, precision: str) -> AbstractContextManager[Any
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def environment(device: torch.device) -> dict[str, Any]:
-    """What a result depends on besides its config."""
+def environment(device: torch.device, config: dict[str, Any]) -> dict[str, Any]:
+    """What a result depends on besides its config (`method_versions`: the entry and method
+    library versions in its key, so `layerbench status` can say which one superseded it)."""
     return {
         **{f"{name}_version": value for name, value in package_versions().items()},
+        "method_versions": trial_versions(config),
         "python": platform.python_version(),
         "git_commit": git_commit(),
         "device": str(device),
@@ -122,6 +128,8 @@ class BuiltTrial:
     seed: int
     probe_inputs: torch.Tensor
     """The fixed batch on which the layerwise diagnostics look at hidden states."""
+    loss: Callable[[nn.Module, Batch], torch.Tensor]
+    """The training loss: the task's, compiled if `train.compile` (evaluation stays eager)."""
 
 
 def prepare(config: dict[str, Any]) -> TrialSettings:
@@ -133,18 +141,20 @@ def prepare(config: dict[str, Any]) -> TrialSettings:
     settings = TrialSettings.model_validate(
         {name: config[name] for name in TrialSettings.model_fields if name in config}
     )
-    precision = resolve_precision(settings.precision, settings.device, torch.cuda.is_available())
-    return settings.model_copy(update={"precision": precision})
+    cuda = torch.cuda.is_available()
+    precision = resolve_precision(settings.precision, settings.device, cuda)
+    compiled = resolve_compile(settings.train.compile, settings.device, cuda)
+    train = settings.train.model_copy(update={"compile": compiled})
+    return settings.model_copy(update={"precision": precision, "train": train})
 
 
 def build(config: dict[str, Any], settings: TrialSettings) -> BuiltTrial:
     """The task, model, optimizer and schedule of a training trial."""
     device = resolve_device(settings.device)
-    task_entry = TASKS.entry(config["task"]["type"])
     model_entry = MODELS.entry(config["model"]["type"])
-    if not isinstance(task_entry, TrainTaskEntry) or isinstance(model_entry, PretrainedModelEntry):
+    if isinstance(model_entry, PretrainedModelEntry):
         raise TypeError("a training trial needs a trainable model and a training task")
-    task = task_entry.obj(section(task_entry, config["task"]))
+    task = prebuilt_task(config["task"]) or train_task(config["task"])
     model_spec = section(model_entry, config["model"])
     model = model_entry.obj(model_spec, settings.norm, task.vocab_size).to(device)
     optimizer = make_optimizer(model, settings.optimizer)
@@ -155,9 +165,18 @@ def build(config: dict[str, Any], settings: TrialSettings) -> BuiltTrial:
         lambda step: schedule(step, train.steps, train.warmup_steps, train.min_lr_ratio),
     )
     probe_inputs = diagnostic_inputs(task, train.batch_size).to(device)
+    loss = torch.compile(task.loss) if train.compile else task.loss
     return BuiltTrial(
-        settings, task, model, optimizer, scheduler, device, config["seed"], probe_inputs
+        settings, task, model, optimizer, scheduler, device, config["seed"], probe_inputs, loss
     )
+
+
+def train_task(spec: dict[str, Any]) -> Task:
+    """The training task of a task section (a pure function of the section)."""
+    task_entry = TASKS.entry(spec["type"])
+    if not isinstance(task_entry, TrainTaskEntry):
+        raise TypeError("a training trial needs a trainable model and a training task")
+    return task_entry.obj(section(task_entry, spec))
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
@@ -170,7 +189,7 @@ def train_step(
     """One optimizer step; returns the loss before the update. A probe sees the unscaled,
     unclipped gradients and the update."""
     with autocast(trial.device, trial.settings.precision):
-        loss = trial.task.loss(trial.model, batch)
+        loss = trial.loss(trial.model, batch)
     scaler.scale(loss).backward()
     scaler.unscale_(trial.optimizer)
     if probe is not None:
@@ -283,7 +302,7 @@ def train_and_evaluate(
 ) -> dict[str, float]:
     """Train, then prune and quantize if the method says so, then the final evaluation."""
     trial = build(config, settings)
-    result.environment = environment(trial.device)
+    result.environment = environment(trial.device, config)
     train(trial, result, clock, report)
     compressed: dict[str, float] = {}
     if settings.prune is not None or settings.quantize is not None:
@@ -328,7 +347,7 @@ def evaluate_pretrained(
 ) -> dict[str, float]:
     """Load a pretrained model, prune and quantize it if asked, and evaluate it; no training."""
     device = resolve_device(settings.device)
-    result.environment = environment(device)
+    result.environment = environment(device, config)
     model_entry = MODELS.entry(config["model"]["type"])
     task_entry = TASKS.entry(config["task"]["type"])
     if not isinstance(model_entry, PretrainedModelEntry) or not isinstance(
@@ -383,6 +402,7 @@ def quiet_libraries() -> None:
     transformers_logging.set_verbosity_error()
     for name in ("lm_eval", "lm-eval", "datasets"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    detach_stream_handlers()  # torch's and transformers' own, attached at their import
 
 
 def die_with_parent() -> None:

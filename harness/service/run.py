@@ -9,7 +9,8 @@ attaches the MLflow tracker, and hands the rest to an `Executor` (local processe
 `harness.runner.backend`), which claims and stores each trial through the ledger.
 
 Rounds: which trials run is asked of a `RoundPolicy`, round after round, until it returns
-none. `FixedDesign` (the default) returns every planned trial once. A sequential design (more
+none. `FixedDesign` (the default for a list of seeds) returns every planned trial once.
+`harness.ranking.rounds.SequentialSeeds` (the default for `seeds: {initial, max, step}`: more
 seeds only for the comparisons still undecided) ranks the stored outcomes in its `trials` and
 returns the next seeds; `Round` gives it the store, the planned trials and what ran so far.
 
@@ -180,6 +181,18 @@ class Display:
 
     announce: Callable[[RunPlan], None] = lambda plan: None
     progress: ProgressDisplay = _silent
+    look: Callable[[str], None] = lambda text: None
+    """Each look of a sequential suite (`harness.ranking.rounds.Look.lines`)."""
+
+
+def default_policy(suite: Suite, display: Display) -> RoundPolicy:
+    """`SequentialSeeds` for a suite with a seed schedule (showing each look), else
+    `FixedDesign`."""
+    if suite.schedule is None:
+        return FixedDesign()
+    from harness.ranking.rounds import SequentialSeeds
+
+    return SequentialSeeds(suite, display.look)
 
 
 def run_suite(
@@ -198,7 +211,7 @@ def run_suite(
     the tracker, called only when a trial runs or one stored is not logged yet. Raises
     `harness.runner.plan.SelectionError` for a bad `options.only`."""
     record = record or InvocationRecord()
-    policy = policy or FixedDesign()
+    policy = policy or default_policy(suite, display)
     planned = plan_suite(suite)
     selected = select_trials(planned, options.only) if options.only else planned
     trials = record.trials(store, suite, selected)

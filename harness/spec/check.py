@@ -78,6 +78,7 @@ def check_suite(suite: Suite, locator: Locator) -> Iterator[Problem]:
     yield from check_references(suite, locator)
     yield from check_combinations(suite, locator)
     yield from check_model_fit(suite, locator)
+    yield from check_context_fit(suite, locator)
     for name in suite.methods:
         yield from check_method(suite, name, locator)
     yield from check_rank(suite, locator)
@@ -314,12 +315,8 @@ def check_model_fit(suite: Suite, locator: Locator) -> Iterator[Problem]:
     """Pruning counts and quantization groups each model of the method's cells can honour."""
     reported: set[str] = set()
     for method, model, _ in matrix_cells(suite):
-        section = suite.models.get(model)
-        if method not in suite.methods or not section or section.get("type") not in MODELS:
-            continue
-        entry = MODELS.entry(section["type"])
-        spec = validated(entry.params, section, locator)[0] if entry.params else None
-        if spec is None or not hasattr(spec, "block_shape"):
+        spec = section_spec(MODELS, suite.models.get(model), locator)
+        if method not in suite.methods or spec is None or not hasattr(spec, "block_shape"):
             continue  # invalid (reported) or a model whose shape is known once loaded
         try:
             points = trial_settings(suite, method)
@@ -336,6 +333,31 @@ def check_model_fit(suite: Suite, locator: Locator) -> Iterator[Problem]:
                 if text not in reported:
                     reported.add(text)
                     yield Problem(problem.file, problem.line, problem.path, text)
+
+
+def section_spec(
+    registry: Registry[Any], section: dict[str, Any] | None, locator: Locator
+) -> Any | None:
+    """A model or task section validated by its entry's schema (None if invalid: reported)."""
+    if not section or section.get("type") not in registry:
+        return None
+    entry = registry.entry(section["type"])
+    return validated(entry.params, section, locator)[0] if entry.params else None
+
+
+def check_context_fit(suite: Suite, locator: Locator) -> Iterator[Problem]:
+    """A task's windows (`seq_len`) fit the context of every model it runs on (`max_seq_len`)."""
+    for model, task in dict.fromkeys((model, task) for _, model, task in matrix_cells(suite)):
+        model_spec = section_spec(MODELS, suite.models.get(model), locator)
+        task_spec = section_spec(TASKS, suite.tasks.get(task), locator)
+        context = getattr(model_spec, "max_seq_len", None)
+        window = getattr(task_spec, "seq_len", None)
+        if isinstance(context, int) and isinstance(window, int) and window > context:
+            yield locator.problem(
+                ("tasks", task, "seq_len"),
+                f"{window} is longer than the max_seq_len of model '{model}' ({context}): "
+                f"lower seq_len or raise the model's max_seq_len",
+            )
 
 
 def check_layerwise(

@@ -2,8 +2,9 @@
 (`rank SUITE-NAME`, the leaderboard, `layerbench nightly`) reads it back.
 
 Stored as a flat JSON object, `{"baseline", <the rank section's fields>, "models", "expect"}`
-(the shape since migration 0001, so no data migration): `stored()` writes it, `read()` parses
-it, keeping the fields this version knows (a run of another version may have others).
+(the shape since migration 0001, so no data migration) and `"schedule"` for sequential seeds
+only: `stored()` writes it, `read()` parses it, keeping the fields this version knows (a run of
+another version may have others).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.spec.schema import Claim, RankSpec, Suite
+from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
 
 
 class RankingDeclaration(BaseModel):
@@ -25,6 +26,8 @@ class RankingDeclaration(BaseModel):
     rank: RankSpec = RankSpec()
     models: tuple[str, ...] = ()
     expect: tuple[Claim, ...] = ()
+    schedule: SeedSchedule | None = None
+    """Sequential seeds (`seeds: {initial, max, step}`): claims get anytime-valid verdicts."""
 
     @classmethod
     def of_suite(cls, suite: Suite) -> RankingDeclaration:
@@ -34,6 +37,7 @@ class RankingDeclaration(BaseModel):
             rank=suite.rank,
             models=tuple(suite.models),
             expect=tuple(suite.expect),
+            schedule=suite.schedule,
         )
 
     @classmethod
@@ -49,6 +53,9 @@ class RankingDeclaration(BaseModel):
             expect=tuple(
                 Claim.model_validate(_known(claim, Claim)) for claim in stored.get("expect", [])
             ),
+            schedule=SeedSchedule.model_validate(stored["schedule"])
+            if stored.get("schedule")
+            else None,
         )
 
     def stored(self) -> dict[str, Any]:
@@ -58,6 +65,7 @@ class RankingDeclaration(BaseModel):
             **self.rank.model_dump(mode="json"),
             "models": list(self.models),
             "expect": [claim.model_dump(mode="json") for claim in self.expect],
+            **({"schedule": self.schedule.model_dump()} if self.schedule else {}),
         }
 
 

@@ -86,6 +86,8 @@ def read_yaml(path: Path) -> tuple[Any, Locator]:
         raise SuiteError([Problem(file, 0, "", f"cannot read the suite: {exc.strerror}")]) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is not None and (bomb := alias_bomb(file, root)):
+            raise SuiteError([bomb])
         data = yaml.safe_load(text)  # plain data only: no tag constructs an object
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -109,6 +111,57 @@ def read_yaml(path: Path) -> tuple[Any, Locator]:
     if not isinstance(data, dict):
         raise SuiteError([locator.problem((), "a suite must be a mapping of fields")])
     return data, locator
+
+
+MAX_NODES = 100_000
+"""The most YAML nodes a suite may expand to once its aliases are resolved (the largest suite
+of the repository has a few thousand): an "alias bomb" (nested anchors, each referenced many
+times) would otherwise take minutes and gigabytes to load and validate."""
+
+
+def expanded_sizes(root: yaml.Node) -> dict[int, int]:
+    """The number of nodes under each node (by id) once aliases are expanded: linear in the
+    file, since an alias is the same node object as its anchor (memoized); a cycle counts as
+    more than MAX_NODES."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes and not children_done:
+            continue
+        children = child_nodes(node)
+        if children_done:
+            sizes[id(node)] = min(MAX_NODES + 1, 1 + sum(sizes.get(id(c), 0) for c in children))
+            continue
+        sizes.setdefault(id(node), MAX_NODES + 1)  # a cycle back here reads as too large
+        stack.append((node, True))
+        stack += [(child, False) for child in children if id(child) not in sizes]
+    return sizes
+
+
+def child_nodes(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def alias_bomb(file: str, root: yaml.Node) -> Problem | None:
+    """A problem at the node whose aliases expand the document past MAX_NODES, if any."""
+    sizes = expanded_sizes(root)
+    if sizes[id(root)] <= MAX_NODES:
+        return None
+    node, seen = root, {id(root)}
+    while big := [c for c in child_nodes(node) if sizes[id(c)] > MAX_NODES and id(c) not in seen]:
+        node = big[0]
+        seen.add(id(node))
+    message = (
+        f"YAML aliases expand this to more than {MAX_NODES:,} values (nested anchors referenced "
+        "many times, or an alias inside its own anchor): write the suite out, or use `extends` "
+        "and `sweep`"
+    )
+    return Problem(file, node.start_mark.line + 1, "", message)
 
 
 def yaml_message(exc: yaml.YAMLError) -> str:

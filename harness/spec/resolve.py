@@ -126,6 +126,14 @@ def resolve_precision(precision: str, device: str, cuda: bool) -> str:
     return "bf16" if runs_on_cuda(device, cuda) else "fp32"
 
 
+def resolve_compile(compile: bool | str, device: str, cuda: bool) -> bool:
+    """`train.compile: auto` is on for a CUDA device and off on the CPU, where compiling takes
+    longer than the short trials it would speed up (docs/performance.md); others are kept."""
+    if compile != "auto":
+        return bool(compile)
+    return runs_on_cuda(device, cuda)
+
+
 def resolve_ns_dtype(ns_dtype: str, device: str, cuda: bool) -> str:
     """Muon's `ns_dtype: auto`: bfloat16 on a CUDA device, float32 on the CPU, where bfloat16
     matmuls are ~20x slower; others are kept."""

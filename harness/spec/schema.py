@@ -7,20 +7,32 @@ Model and task sections are validated against the schema their registry entry de
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    Tag,
     model_validator,
 )
 
 SLUG = r"^[a-z0-9][a-z0-9-]*$"
+
+
+def some_values(values: list[Any]) -> list[Any]:
+    if not values:
+        raise ValueError("an empty list sweeps no value, so the method would have no trials")
+    return values
+
+
+SweepValues = Annotated[list[Any], AfterValidator(some_values)]
 
 
 class StrictModel(BaseModel):
@@ -83,6 +95,9 @@ class TrainSpec(StrictModel):
     divergence_factor: PositiveFloat = 5.0
     log_every: PositiveInt = 10
     diagnostics: bool = True  # layerwise statistics at every evaluation (SPEC 5.7)
+    compile: bool | Literal["auto"] = "auto"
+    """`torch.compile` (inductor) the training step's forward and backward; evaluation stays
+    eager. `auto`: on for CUDA, off on the CPU (the trial's config holds the resolved value)."""
 
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -147,7 +162,7 @@ class MethodSpec(TrialSettings):
 
     extends: str | None = None
     description: str = ""
-    sweep: dict[str, list[Any]] = {}
+    sweep: dict[str, SweepValues] = {}
 
 
 class MatrixEntry(StrictModel):
@@ -210,6 +225,33 @@ class Claim(StrictModel):
         return self
 
 
+class SeedSchedule(StrictModel):
+    """Sequential seeds (docs/sequential.md): seeds 0 .. `initial` - 1 for every method, then
+    `step` more at a time only for the methods of comparisons still undecided, up to `max`."""
+
+    initial: int = Field(ge=2)
+    max: PositiveInt
+    step: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def max_after_initial(self) -> SeedSchedule:
+        if self.max < self.initial:
+            raise ValueError("`max` must be at least `initial`")
+        return self
+
+
+def _seeds_kind(value: Any) -> str:
+    return "schedule" if isinstance(value, dict | SeedSchedule) else "list"
+
+
+Seeds = Annotated[
+    Annotated[list[NonNegativeInt], Field(min_length=1), Tag("list")]
+    | Annotated[SeedSchedule, Tag("schedule")],
+    Discriminator(_seeds_kind),
+]
+"""A fixed list of seeds, or a mapping {initial, max, step} (sequential seeds)."""
+
+
 class RegressionSpec(StrictModel):
     """How `layerbench nightly` flags a change (SPEC 11, docs/nightly.md)."""
 
@@ -226,10 +268,29 @@ class TrackingSpec(StrictModel):
 
 
 class ResourcesSpec(StrictModel):
-    """What each trial asks a Ray cluster for; unset: 1 CPU, and 1 GPU when its device is CUDA."""
+    """What each trial asks a Ray or Slurm cluster for; unset: 1 CPU, 1 GPU when its device is
+    CUDA, and the cluster's default memory (Slurm rounds CPUs and GPUs up to whole ones)."""
 
     cpus: PositiveFloat | None = None
     gpus: NonNegativeFloat | None = None
+    memory_gb: PositiveFloat | None = None
+
+
+class SlurmSpec(StrictModel):
+    """How `--backend slurm` submits (sbatch options; the CLI's `--slurm-*` flags override).
+
+    `folder` holds each job's pickled trial, result and logs: on a filesystem the nodes share.
+    The Slurm time limit is `time_limit_s` plus `time_grace_s`, rounded up to whole minutes."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    array_parallelism: PositiveInt = 64  # trials of this driver queued or running at once
+    time_grace_s: NonNegativeFloat = 60.0
+    max_retries: NonNegativeInt = 1  # resubmissions after a node failure or preemption
+    folder: str = "slurm-jobs"
+    setup: list[str] = []  # shell lines run before each trial (module load, source a venv)
+    sbatch: dict[str, str | int | bool] = {}  # any other sbatch flag, e.g. {constraint: a100}
 
 
 class Suite(StrictModel):
@@ -238,7 +299,8 @@ class Suite(StrictModel):
     suite: str = Field(pattern=SLUG)
     description: str = ""
     cadence: Literal["commit", "nightly", "weekly", "manual"] = "manual"
-    seeds: list[NonNegativeInt] = Field([0], min_length=1)
+    seeds: Seeds = [0]
+    """A fixed list of seeds, or a sequential schedule (`SeedSchedule`)."""
     defaults: TrialSettings = TrialSettings()
     models: dict[str, dict[str, Any]] = Field(min_length=1)
     tasks: dict[str, dict[str, Any]] = Field(min_length=1)
@@ -250,4 +312,16 @@ class Suite(StrictModel):
     regression: RegressionSpec = RegressionSpec()
     tracking: TrackingSpec = TrackingSpec()
     resources: ResourcesSpec = ResourcesSpec()
+    slurm: SlurmSpec = SlurmSpec()
     plugins: list[str] = []
+
+    @property
+    def seed_list(self) -> list[int]:
+        """Every seed a trial may get: the fixed list, or 0 .. max - 1 of a schedule."""
+        if isinstance(self.seeds, SeedSchedule):
+            return list(range(self.seeds.max))
+        return list(self.seeds)
+
+    @property
+    def schedule(self) -> SeedSchedule | None:
+        return self.seeds if isinstance(self.seeds, SeedSchedule) else None

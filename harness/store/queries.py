@@ -62,6 +62,7 @@ OUTCOME_COLUMNS = (
     Trial.status,
     Trial.sweep,
     Trial.key,
+    Trial.wall_time_s,
 )
 
 
@@ -100,6 +101,7 @@ def stored_outcomes(
                     sweep=trial.sweep,
                     key=trial.key,
                     series=series.get(trial.id, []),
+                    wall_time_s=trial.wall_time_s,
                 )
                 for trial in trials
             ]

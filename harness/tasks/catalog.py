@@ -167,6 +167,19 @@ def lm_eval_fingerprint(spec: LMEvalTaskSpec) -> str:
     return hashlib.sha256(digest.encode()).hexdigest()
 
 
+BIGBENCH_TASKS = "lb_bigbench_"
+"""The prefix of the local lm-eval tasks (suites/tasks/) that read an installed BIG-bench task."""
+
+
+def lm_eval_missing(spec: LMEvalTaskSpec) -> str | None:
+    """The install command of the BIG-bench data a local `lb_bigbench_*` task reads, if absent."""
+    from harness.tasks.bigbench import INSTALL, task_file
+
+    name = spec.task.removeprefix(BIGBENCH_TASKS)
+    local = spec.include_path is None and name != spec.task
+    return INSTALL if local and not task_file(name).is_file() else None
+
+
 def perplexity_fingerprint(spec: PerplexityTaskSpec) -> str:
     """The corpus files' fingerprint and what the task reports (OUTPUTS)."""
     return hashlib.sha256((load_corpus(spec.corpus).fingerprint() + OUTPUTS).encode()).hexdigest()
@@ -185,6 +198,7 @@ TASKS.declare(
     kind=EvalTaskEntry,
     params=LMEvalTaskSpec,
     fingerprint=lm_eval_fingerprint,
+    missing=lm_eval_missing,
 )
 TASKS.declare(
     "perplexity",

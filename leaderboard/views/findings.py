@@ -31,7 +31,11 @@ RULE = (
     "inside ±margin); contradicted: significant the other way (a tie: the interval outside); "
     "else inconclusive, with the seeds a test would need for 80% power. Flipped: the recipe's "
     "verdict differs from the claim's first recipe (the paper's). In a claim, < and > compare "
-    "the metric's values (lower val_loss is better)."
+    "the metric's values (lower val_loss is better). Suites with sequential seeds "
+    "(`seeds: {initial, max, step}`) use anytime-valid confidence sequences instead, valid "
+    "however many looks the run took (Lai, 1976; Wang & Ramdas, 2023; docs/sequential.md): "
+    "'Details' says how many seeds each check took, over how many looks, how it stopped "
+    "(decided, futile, at max) and its CPU seconds."
 )
 ALL_SUITES = "All suites"
 ROW_PX = 35  # the height of a row of st.dataframe

@@ -1,0 +1,140 @@
+"""Which trials a suite with sequential seeds (`seeds: {initial, max, step}`) runs next.
+
+The policy of `layerbench run`: first seeds 0 .. initial - 1 of every trial; then after each look
+(the findings of `harness.ranking.findings` on every stored outcome) `step` more seeds only for
+the two methods of each comparison still open on its recipe (model, task): not decided, not
+futile, below `max` (`harness.ranking.sequential`). The comparisons are the suite's `expect`
+claims, or without claims each method against the baseline. `SequentialSeeds` is the round
+policy of a run (`trials(round)`: the next batch given the stored outcomes); the rest is pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from harness.core import CellKey, TrialOutcome, cell_of
+from harness.ranking.findings import Finding, findings
+from harness.ranking.suite import RankPlan, plan_of
+from harness.records import PlannedTrial
+from harness.spec.schema import Claim, SeedSchedule, Suite
+
+if TYPE_CHECKING:
+    from harness.service.run import Round
+
+IMPLICIT_SOURCE = "each method against the baseline (no `expect` claims)"
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look: the findings on the stored outcomes and the seeds each cell needs next."""
+
+    findings: list[Finding]
+    wanted: dict[CellKey, int]
+    """(method, model, task) -> seeds 0 .. n - 1 it needs; only cells of open comparisons."""
+
+    def lines(self, number: int) -> list[str]:
+        """The look as `layerbench run` prints it."""
+        out = [f"look {number}:"]
+        for finding in self.findings:
+            for check in finding.checks:
+                record = check.sequential
+                if record is None:
+                    continue
+                low, high = (f"{x:+.4g}" if x is not None else "inf" for x in record.interval)
+                state = record.stopped or "open"
+                out.append(
+                    f"  {finding.claim} [{check.model}/{check.task}]: n = {record.n}, "
+                    f"interval [{low}, {high}], {check.verdict} ({state})"
+                )
+        if self.wanted:
+            more = ", ".join(
+                f"{method}/{model}/{task} to {n}"
+                for (method, model, task), n in sorted(self.wanted.items())
+            )
+            out.append(f"  more seeds: {more}")
+        else:
+            out.append("  every comparison decided, futile or at max: done")
+        return out
+
+
+def comparisons(plan: RankPlan, methods: Sequence[str]) -> tuple[Claim, ...]:
+    """The claims that steer the seeds: the suite's, or each method against the baseline
+    (two-sided: "better" is decided either way)."""
+    if plan.claims or plan.baseline is None:
+        return plan.claims
+    return tuple(
+        Claim(method=m, than=plan.baseline, direction="better", source=IMPLICIT_SOURCE)
+        for m in methods
+        if m != plan.baseline
+    )
+
+
+def look(plan: RankPlan, schedule: SeedSchedule, outcomes: Sequence[TrialOutcome]) -> Look:
+    """The findings of the stored outcomes and the seeds the open comparisons need next."""
+    methods = sorted({o.method for o in outcomes})
+    claims = comparisons(plan, methods)
+    spec = plan.spec
+    found = findings(
+        outcomes,
+        claims,
+        baseline=plan.baseline,
+        metric=spec.metric,
+        tune_metric=spec.tune_metric,
+        tuning=spec.tuning,
+        alpha=spec.alpha,
+        models=plan.models,
+        schedule=schedule,
+    )
+    seeds: dict[CellKey, set[int]] = {}
+    for o in outcomes:
+        seeds.setdefault(cell_of(o), set()).add(o.seed)
+    wanted: dict[CellKey, int] = {}
+    for finding in found:
+        for check in finding.checks:
+            record = check.sequential
+            if check.verdict != "inconclusive" or record is None or record.stopped is not None:
+                continue
+            cells = [CellKey(m, check.model, check.task) for m in (finding.method, finding.than)]
+            ran = max(len(seeds.get(cell, ())) for cell in cells)
+            target = min(schedule.max, ran + schedule.step)
+            for cell in cells:
+                wanted[cell] = max(wanted.get(cell, 0), target)
+    return Look(found, wanted)
+
+
+def initial_trials(schedule: SeedSchedule, planned: Sequence[PlannedTrial]) -> list[PlannedTrial]:
+    """Seeds 0 .. initial - 1 of every planned trial."""
+    return [t for t in planned if t.seed < schedule.initial]
+
+
+def wanted_trials(look_: Look, planned: Sequence[PlannedTrial]) -> list[PlannedTrial]:
+    """The planned trials the look asks for (stored ones included: the caller skips them)."""
+    return [t for t in planned if t.seed < look_.wanted.get(CellKey(t.method, t.model, t.task), 0)]
+
+
+class SequentialSeeds:
+    """The round policy of a suite with sequential seeds: the initial seeds while any is not
+    stored, then after each look the trials the open comparisons ask for that this run has not
+    run yet (none: the run is over). `show` receives each look's lines."""
+
+    def __init__(self, suite: Suite, show: Callable[[str], None] = lambda line: None) -> None:
+        if suite.schedule is None:
+            raise ValueError(f"suite '{suite.suite}' has a fixed list of seeds")
+        self.suite, self.schedule, self.show = suite, suite.schedule, show
+        self.looks = 0
+
+    def trials(self, round: Round) -> list[PlannedTrial]:
+        from harness.store.queries import stored_outcomes
+
+        keys = [t.key for t in round.planned]
+        outcomes = stored_outcomes(round.store, keys)
+        first = initial_trials(self.schedule, round.planned)
+        stored = {o.key for o in outcomes}
+        if round.number == 0 and any(t.key not in stored for t in first):
+            return first
+        found = look(plan_of(self.suite, keys), self.schedule, outcomes)
+        self.looks += 1
+        self.show("\n".join(found.lines(self.looks)))
+        return [t for t in wanted_trials(found, round.planned) if t.key not in round.results]

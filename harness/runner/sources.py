@@ -1,0 +1,220 @@
+"""The recorded source of each built-in entry: a method's code cannot change unversioned.
+
+An entry's *source digest* hashes its implementation and every function and class of the
+implementation packages (methods, models, tasks, diagnostics, utils) it reaches by name, as
+syntax trees without docstrings (comments and formatting do not count, helpers do). The digests
+and the versions they were recorded at live in `entry_sources.json`, committed beside this module:
+`layerbench versions --check` (and tests/test_versions.py) fail when a digest changed while the
+version stayed, so a change that can move results bumps the entry's `version` in its catalog,
+which changes the keys of the trials that use it (`harness.runner.plan.trial_key`) and supersedes
+their stored results. A change that cannot move results (a rename, a refactor) is recorded as
+such with `layerbench versions --update --same-results FAMILY:NAME`.
+
+The digests import the implementations (torch and the method libraries), so they are computed by
+that command and the test, never when a suite is planned.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import json
+import sys
+import textwrap
+import types
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.env import METHOD_LIBRARIES
+from harness.logs import detach_stream_handlers
+from harness.registry import FAMILIES, Entry
+
+LOCK = Path(__file__).with_name("entry_sources.json")
+IMPLEMENTATION_PACKAGES = (
+    "harness.methods.",
+    "harness.models.",
+    "harness.tasks.",
+    "harness.diagnostics",
+    "harness.utils",
+)
+DECLARATIONS = ("harness.methods.catalog", "harness.models.catalog", "harness.tasks.catalog")
+"""Catalogs declare entries; their parameter models' defaults are in every trial's config."""
+LIBRARY_MODULES = {"pytorch_optimizer": "pytorch-optimizer", "optimum": "optimum-quanto"}
+"""Import names of METHOD_LIBRARIES that differ from their distribution's name."""
+
+
+def built_in_entries() -> dict[str, Entry[Any]]:
+    """Every entry declared by a catalog (a "module:attr" target), metrics aside (no code), by
+    "FAMILY:NAME" as trial keys name them (`harness.runner.plan.used_entries`)."""
+    return {
+        f"{family}:{entry.name}": entry
+        for family, registry in FAMILIES.items()
+        for entry in registry.entries()
+        if entry.module and family != "metric"
+    }
+
+
+def implementation(value: Any) -> bool:
+    """A function or class of an implementation package (not of a catalog)."""
+    if not (inspect.isfunction(value) or inspect.isclass(value)):
+        return False
+    module = getattr(value, "__module__", "") or ""
+    return module not in DECLARATIONS and any(
+        module == package.rstrip(".") or module.startswith(package)
+        for package in IMPLEMENTATION_PACKAGES
+    )
+
+
+def without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Module):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def referenced(tree: ast.AST, namespace: dict[str, Any]) -> Iterator[Any]:
+    """The objects `tree` names (`name` or `module.name`) in its module's namespace."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in namespace:
+            yield namespace[node.id]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            owner = namespace.get(node.value.id)
+            if isinstance(owner, types.ModuleType):
+                yield getattr(owner, node.attr, None)
+
+
+def imported_libraries(tree: ast.AST) -> Iterator[str]:
+    """The METHOD_LIBRARIES that `tree` imports (the schemes import theirs in their bodies)."""
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            top = name.partition(".")[0]
+            library = LIBRARY_MODULES.get(top, top)
+            if library in METHOD_LIBRARIES:
+                yield library
+
+
+@dataclass(frozen=True)
+class Source:
+    """What an entry's implementation is: its digest and the method libraries it imports."""
+
+    digest: str
+    libraries: tuple[str, ...]
+
+
+def source_of(target: Any) -> Source:
+    """The digest of `target` and of every implementation it reaches by name."""
+    seen: dict[str, str] = {}
+    libraries: set[str] = set()
+    pending = [inspect.unwrap(target)]
+    while pending:
+        obj = pending.pop()
+        name = f"{obj.__module__}:{obj.__qualname__}"
+        if name in seen:
+            continue
+        tree = without_docstrings(ast.parse(textwrap.dedent(inspect.getsource(obj))))
+        seen[name] = ast.dump(tree)
+        libraries.update(imported_libraries(tree))
+        namespace = vars(sys.modules[obj.__module__])
+        pending += [value for value in referenced(tree, namespace) if implementation(value)]
+    digest = hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()
+    return Source(digest, tuple(sorted(libraries)))
+
+
+def read_lock(path: Path = LOCK) -> dict[str, dict[str, Any]]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def current(entries: dict[str, Entry[Any]]) -> dict[str, dict[str, Any]]:
+    """Each entry's version and source digest, as `entry_sources.json` records them."""
+    import torch  # noqa: F401 (first: its terminal log handler is moved aside before the rest)
+
+    detach_stream_handlers()
+    return {
+        key: {"version": entry.version, "source": source_of(entry.obj).digest}
+        for key, entry in entries.items()
+    }
+
+
+def unversioned(now: dict[str, dict[str, Any]], lock: dict[str, dict[str, Any]]) -> list[str]:
+    """The entries whose source changed since the lock while their version stayed."""
+    return [
+        key
+        for key, entry in sorted(now.items())
+        if key in lock
+        and entry["source"] != lock[key]["source"]
+        and entry["version"] == lock[key]["version"]
+    ]
+
+
+def problems(
+    now: dict[str, dict[str, Any]], lock: dict[str, dict[str, Any]], catalog: dict[str, str]
+) -> list[str]:
+    """What is wrong between the entries `now` and the `lock`: a source changed at the same
+    version (bump it in its `catalog` file) or a version or entry the lock does not record."""
+    bump = set(unversioned(now, lock))
+    found = []
+    for key, entry in sorted(now.items()):
+        if key in bump:
+            found.append(
+                f"{key}: its code changed but its version is still {entry['version']}: bump "
+                f"`version=` in {catalog[key]} (or, if no result can change, run `layerbench "
+                f"versions --update --same-results {key}`)"
+            )
+        elif key not in lock:
+            found.append(f"{key} is not recorded: run `layerbench versions --update`")
+        elif entry != lock[key]:
+            found.append(
+                f"{key} is now version {entry['version']}: run `layerbench versions --update`"
+            )
+    found += [f"{key} is recorded but no longer declared" for key in sorted(set(lock) - set(now))]
+    return found
+
+
+def catalogs(entries: dict[str, Entry[Any]]) -> dict[str, str]:
+    """Where each entry is declared (its family's catalog module, as a file)."""
+    return {
+        key: (entry.module or "").rsplit(".", 1)[0].replace(".", "/") + "/catalog.py"
+        for key, entry in entries.items()
+    }
+
+
+def check() -> list[str]:
+    """The problems of the built-in entries against the committed `entry_sources.json`."""
+    entries = built_in_entries()
+    return problems(current(entries), read_lock(), catalogs(entries))
+
+
+class UnversionedChangeError(ValueError):
+    """A source changed at the same version and was not declared result-neutral."""
+
+
+def update(same_results: Iterable[str] = ()) -> list[str]:
+    """Record the current digests and versions; refuses (UnversionedChangeError) while a changed
+    entry keeps its version, unless it is named in `same_results`. Returns what changed."""
+    entries = built_in_entries()
+    now, lock = current(entries), read_lock()
+    allowed = set(same_results)
+    unknown = allowed - set(now)
+    if unknown:
+        raise UnversionedChangeError(f"--same-results names no entry: {', '.join(sorted(unknown))}")
+    blocked = [key for key in unversioned(now, lock) if key not in allowed]
+    if blocked:
+        catalog = catalogs(entries)
+        raise UnversionedChangeError(
+            "code changed without a version bump: "
+            + "; ".join(f"{key} (bump `version=` in {catalog[key]})" for key in blocked)
+            + "; or name each with --same-results if no result can change"
+        )
+    changed = [key for key in sorted(set(now) | set(lock)) if now.get(key) != lock.get(key)]
+    LOCK.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")
+    return changed

@@ -1,0 +1,134 @@
+"""Warm trial processes: what every trial would otherwise redo, done once in the fork server.
+
+The local runner forks each trial from a fork server (multiprocessing's `forkserver`) that
+imports the harness once. Its preload list ends with `harness.runner.warm_server`, whose import
+calls `warm_up`, which:
+
+1. imports what trials would import lazily (lm-eval's model API, optimum-quanto);
+2. builds the training tasks of the suite (tokenized corpora, synthetic data sets), named in the
+   environment variable `LAYERBENCH_WARM` when the runner starts the server, and keeps them
+   here; `prebuilt_task` hands a trial the server's task when its section is one of them;
+3. trains a tiny `gpt` for one step on the CPU, so that a trial's first step does not pay for
+   PyTorch's lazy initialisation (kernels, autograd, the optimizer's paths);
+4. freezes the heap (`gc.freeze`), so that the children's garbage collector does not touch,
+   and so copy, the pages they share with the server.
+
+Each trial is still its own forked process: a crash, an out-of-memory kill or a time limit ends
+only that trial. A task is a pure function of its section (corpus files, tokenizer, split seed,
+data seed), so a prebuilt task gives the trial exactly the data it would build itself.
+Nothing here touches CUDA: a process that has initialised CUDA cannot fork usable children.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from multiprocessing import forkserver
+from typing import TYPE_CHECKING, Any
+
+from harness.records import PlannedTrial
+
+if TYPE_CHECKING:
+    from harness.tasks.base import Task
+
+WARM_ENV = "LAYERBENCH_WARM"
+LAZY_IMPORTS = ("lm_eval.api.model", "optimum.quanto")
+"""Modules trials import only when they use them; cheap to import once in the server."""
+
+log = logging.getLogger(__name__)
+_tasks: dict[str, Task] = {}
+
+
+def task_key(section: Mapping[str, Any]) -> str:
+    """A task section as a canonical string (the cache key of a prebuilt task)."""
+    return json.dumps(section, sort_keys=True, default=str)
+
+
+def prebuilt_task(section: Mapping[str, Any]) -> Task | None:
+    """The task the fork server built for this section, if it built one."""
+    return _tasks.get(task_key(section))
+
+
+def warm_spec(trials: Iterable[PlannedTrial]) -> dict[str, Any]:
+    """What the server should prepare for these trials: their distinct task sections."""
+    sections = {task_key(trial.config["task"]): trial.config["task"] for trial in trials}
+    return {"tasks": list(sections.values())}
+
+
+def start_server(trials: Iterable[PlannedTrial]) -> None:
+    """Start the fork server (if this process has none yet) warmed for `trials`.
+
+    A server already running keeps what it prepared; a trial whose task it did not build
+    builds its own."""
+    os.environ[WARM_ENV] = json.dumps(warm_spec(trials))
+    try:
+        forkserver.ensure_running()
+    finally:
+        del os.environ[WARM_ENV]
+
+
+def warm_up(spec: Mapping[str, Any]) -> None:
+    """Prepare this process (the fork server) for the trials of `spec` (see the module doc)."""
+    import importlib
+
+    for module in LAZY_IMPORTS:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            log.debug("warm: %s is not installed", module)
+    from harness.runner.trial import train_task
+
+    for section in spec.get("tasks", []):
+        try:
+            _tasks[task_key(section)] = train_task(section)
+        except Exception:  # the trial reports the error itself, with its own traceback
+            log.debug("warm: task %s not built", section, exc_info=True)
+    warm_step()
+    gc.freeze()
+
+
+def warm_step() -> None:
+    """One training step and one evaluation of a tiny `gpt` on random bytes, on the CPU, with
+    one thread (no OpenMP thread pool is started before the fork)."""
+    import torch
+
+    from harness.models.catalog import GPTSpec
+    from harness.models.gpt import build_gpt
+    from harness.spec.schema import NormSpec
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = build_gpt(
+            GPTSpec(n_layers=2, d_model=32, n_heads=2, max_seq_len=16), NormSpec(), 256
+        )
+        optimizer = torch.optim.AdamW(model.parameters())
+        tokens = torch.randint(0, 256, (2, 17), generator=torch.Generator().manual_seed(0))
+        for precision in (torch.float32, torch.bfloat16):
+            with torch.autocast("cpu", dtype=precision, enabled=precision != torch.float32):
+                logits = model(input_ids=tokens[:, :-1]).logits
+                loss = torch.nn.functional.cross_entropy(
+                    logits.float().flatten(0, 1), tokens[:, 1:].flatten()
+                )
+            torch.autograd.backward(loss)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            model.train(False)
+            model(input_ids=tokens[:, :-1])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def warm_up_from_env() -> None:
+    """`warm_up` for the spec the runner put in the environment (the server's preload). Never
+    raises: the fork server stops at an error other than ImportError in a preloaded module, and
+    a cold trial is still a correct one."""
+    try:
+        warm_up(json.loads(os.environ.get(WARM_ENV) or "{}"))
+    except Exception:
+        log.warning("warm: the fork server was not warmed", exc_info=True)

@@ -1,0 +1,226 @@
+"""Sequential seeds (harness.ranking.sequential, harness.ranking.rounds): the confidence
+sequence's formula, its error rates under the null by simulation, the verdicts and the choice of
+the methods that get more seeds."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine
+
+from benchmarks import fake_results
+from benchmarks.sequential import Design, directional, draws, null_checks, tie
+from harness.ranking.findings import findings
+from harness.ranking.outcomes import TrialOutcome
+from harness.ranking.rounds import SequentialSeeds, look, wanted_trials
+from harness.ranking.sequential import (
+    CheckInput,
+    Looks,
+    decide,
+    half_width_factor,
+    log_mixture,
+    look_sizes,
+)
+from harness.ranking.suite import RankPlan
+from harness.records import PlannedTrial
+from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
+from harness.store.db import open_database
+
+SCHEDULE = SeedSchedule(initial=3, max=12, step=3)
+
+
+def test_one_c_gives_lais_closed_form_and_the_mixture_reaches_1_over_alpha_at_the_bound() -> None:
+    n, alpha, c = np.arange(2, 40), 0.05, 1.0
+    b = (alpha**2 * c / (n + c)) ** (1 / n)
+    k = (1 - b) * (n + c)
+    with np.errstate(invalid="ignore"):
+        closed = np.where(n > k, np.sqrt(k * (n - 1) / (n * (n - k))), np.inf)
+    assert np.allclose(half_width_factor(n, alpha, (c,)), closed, rtol=1e-8)
+    h = half_width_factor(n, alpha)
+    finite = np.isfinite(h)
+    assert finite[1:].all() and not finite[0]  # n = 2 cannot reach 1/alpha
+    at_boundary = log_mixture(n[finite], h[finite], 1.0)
+    assert np.allclose(at_boundary, math.log(1 / alpha))
+
+
+def test_looks_are_initial_plus_steps_and_the_last_n() -> None:
+    assert look_sizes(12, 3, 3) == [3, 6, 9, 12]
+    assert look_sizes(8, 3, 3) == [3, 6, 8]
+    assert look_sizes(2, 3, 3) == []
+
+
+@pytest.mark.parametrize("noise", ["normal", "t3"])
+def test_null_false_decision_rate_is_at_most_alpha_within_monte_carlo_error(noise: str) -> None:
+    """The test's smaller version of docs/sequential.md: a look after every step to max."""
+    design, reps = Design(), 4000
+    rng = np.random.default_rng(1)
+    for row in null_checks(reps, design, rng, families=(1, 3)):
+        if row["noise"] != noise:
+            continue
+        bound = design.alpha + 2 * math.sqrt(design.alpha * (1 - design.alpha) / reps)
+        assert row["rate"] <= bound, row
+
+
+def test_the_simulation_decides_as_the_harness_does() -> None:
+    """The vectorised simulation and `decide` (what `rank` uses) agree claim by claim."""
+    design = Design(3, 3, 12)
+    rng = np.random.default_rng(2)
+    x = 1.2 + draws(rng, (60, 1, design.max), "normal")
+    simulated = directional(x, design)
+    for rep in range(60):
+        used = int(simulated["used"][rep, 0])
+        (decision,) = decide([CheckInput("directional", x[rep, 0, :used])], 0.05, 3, 3, 12)
+        expected = {1: "positive", -1: "negative", 0: None}[int(simulated["sign"][rep, 0])]
+        assert decision.outcome == expected
+        assert decision.record.stopped == (
+            "decided" if expected else "futile" if simulated["futile"][rep, 0] else "max"
+        )
+    ties = 0.1 + draws(rng, (60, design.max), "normal") * 0.05
+    found = tie(ties, 0.3, design)
+    for rep in range(60):
+        used = int(found["used"][rep])
+        (decision,) = decide([CheckInput("tie", ties[rep, :used], 0.3)], 0.05, 3, 3, 12)
+        assert decision.outcome == {1: "inside", -1: "outside", 0: None}[int(found["outcome"][rep])]
+
+
+def test_a_huge_difference_is_decided_at_the_first_look_and_an_open_one_is_not() -> None:
+    rng = np.random.default_rng(3)
+    clear = CheckInput("directional", -1.0 + 0.01 * rng.standard_normal(3))
+    noisy = CheckInput("directional", 0.01 + rng.standard_normal(3))
+    first, second = decide([clear, noisy], 0.05, 3, 3, 12)
+    assert first.outcome == "negative" and first.record.stopped == "decided"
+    assert first.record.n == 3 and first.record.looks == 1
+    low, high = first.record.interval
+    assert low is not None and high is not None and high < 0
+    assert second.outcome is None and second.record.stopped is None  # no futility at look 1
+
+
+def test_futility_stops_a_null_difference_after_the_second_look_and_says_what_max_detects() -> None:
+    diffs = np.array([0.3, -0.2, 0.1, -0.25, 0.2, -0.1])
+    (decision,) = decide([CheckInput("directional", diffs)], 0.05, 3, 3, 24)
+    assert decision.outcome is None and decision.record.stopped == "futile"
+    assert decision.record.conditional_power is not None
+    assert decision.record.conditional_power < 0.1
+    detectable = decision.record.detectable
+    assert detectable is not None and detectable > abs(diffs.mean())
+
+
+def test_running_interval_is_the_intersection_over_looks() -> None:
+    diffs = np.array([1.0, 1.1, 0.9, 5.0, -3.0, 1.0])
+    looks = Looks.of(diffs, 3, 3)
+    low, high = looks.interval(0.05)
+    h = half_width_factor(np.array([3, 6]), 0.05)
+    lows = looks.means - h * looks.sds
+    highs = looks.means + h * looks.sds
+    assert (low, high) == (pytest.approx(lows.max()), pytest.approx(highs.min()))
+
+
+def outcome(method: str, seed: int, loss: float, wall: float = 2.0) -> TrialOutcome:
+    return TrialOutcome(
+        method, "m", "t", seed, "done", {"val_loss": loss}, key=f"{method}{seed}", wall_time_s=wall
+    )
+
+
+def planned(methods: list[str], seeds: int = 12) -> list[PlannedTrial]:
+    return [
+        PlannedTrial(f"{m}{s}", "suite", m, "m", "t", s, {}, {})
+        for m in methods
+        for s in range(seeds)
+    ]
+
+
+def test_findings_under_a_schedule_record_n_looks_stopping_and_cpu_seconds() -> None:
+    rng = np.random.default_rng(4)
+    outcomes = [outcome("good", s, 2.0 + 0.01 * rng.standard_normal()) for s in range(3)]
+    outcomes += [outcome("bad", s, 4.0 + 0.01 * rng.standard_normal()) for s in range(3)]
+    claim = Claim(method="good", than="bad", direction="better", source="test")
+    (finding,) = findings(outcomes, [claim], baseline=None, metric="val_loss", schedule=SCHEDULE)
+    (check,) = finding.checks
+    assert finding.verdict == "reproduced" and check.decided_by == "sequential"
+    record = check.sequential
+    assert record is not None
+    assert (record.n, record.looks, record.stopped, record.cpu_s) == (3, 1, "decided", 12.0)
+    assert check.p_value is not None and check.p_value < 0.05
+    assert finding.to_dict()["checks"][0]["sequential"]["stopped"] == "decided"
+
+
+def test_only_the_two_methods_of_an_open_claim_get_more_seeds() -> None:
+    rng = np.random.default_rng(5)
+    outcomes = []
+    for method, mean, sd in [("a", 2.0, 0.01), ("b", 4.0, 0.01), ("c", 3.0, 0.2), ("d", 3.0, 0.2)]:
+        outcomes += [outcome(method, s, mean + sd * rng.standard_normal()) for s in range(3)]
+    claims = (
+        Claim(method="a", than="b", direction="better", source="clear"),
+        Claim(method="c", than="d", direction="better", source="open"),
+    )
+    plan = RankPlan("suite", [], None, RankSpec(), (), claims, ("m",), SCHEDULE)
+    found = look(plan, SCHEDULE, outcomes)
+    assert found.wanted == {("c", "m", "t"): 6, ("d", "m", "t"): 6}
+    wanted = wanted_trials(found, planned(["a", "b", "c", "d"]))
+    assert {(t.method, t.seed) for t in wanted} == {(m, s) for m in "cd" for s in range(6)}
+    assert any("more seeds: c/m/t to 6" in line for line in found.lines(1))
+
+
+def test_without_claims_each_method_is_compared_with_the_baseline() -> None:
+    rng = np.random.default_rng(6)
+    outcomes = []
+    for method, mean, sd in [("base", 2.0, 0.01), ("far", 4.0, 0.01), ("near", 2.0, 0.3)]:
+        outcomes += [outcome(method, s, mean + sd * rng.standard_normal()) for s in range(3)]
+    plan = RankPlan("suite", [], "base", RankSpec(), (), (), ("m",), SCHEDULE)
+    found = look(plan, SCHEDULE, outcomes)
+    assert set(found.wanted) == {("base", "m", "t"), ("near", "m", "t")}
+
+
+@dataclass(frozen=True)
+class FakeRound:
+    number: int
+    planned: list[PlannedTrial]
+    store: Engine
+    results: dict[str, object]
+
+
+def test_the_round_policy_runs_the_initial_seeds_then_what_each_look_asks(tmp_path: Path) -> None:
+    suite = Suite.model_validate(
+        {
+            "suite": "s",
+            "seeds": {"initial": 3, "max": 12, "step": 3},
+            "models": {"m": {"type": "gpt"}},
+            "tasks": {"t": {"type": "lm"}},
+            "methods": {m: {} for m in "abcd"},
+            "expect": [
+                {"method": "a", "than": "b", "direction": "better", "source": "clear"},
+                {"method": "c", "than": "d", "direction": "better", "source": "open"},
+            ],
+        }
+    )
+    trials = fake_results.planned("s", {m: {} for m in "abcd"}, ["m"], ["t"], range(12))
+    engine = open_database(f"sqlite:///{tmp_path / 'policy.db'}")
+    shown: list[str] = []
+    policy = SequentialSeeds(suite, shown.append)
+    first = policy.trials(FakeRound(0, trials, engine, {}))
+    assert {(t.method, t.seed) for t in first} == {(m, s) for m in "abcd" for s in range(3)}
+    rng = np.random.default_rng(7)
+    means, sds = (
+        {"a": 2.0, "b": 4.0, "c": 3.0, "d": 3.0},
+        {"a": 0.01, "b": 0.01, "c": 0.2, "d": 0.2},
+    )
+    fake_results.store(
+        engine,
+        [
+            (
+                t,
+                fake_results.fake_result(
+                    "done", means[t.method] + sds[t.method] * rng.normal(), rng
+                ),
+            )
+            for t in first
+        ],
+    )
+    ran = {t.key: None for t in first}
+    second = policy.trials(FakeRound(1, trials, engine, ran))
+    assert {(t.method, t.seed) for t in second} == {(m, s) for m in "cd" for s in range(3, 6)}
+    assert shown and shown[0].startswith("look 1:")

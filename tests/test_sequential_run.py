@@ -1,0 +1,107 @@
+"""`layerbench run` with sequential seeds on tiny suites: a claim decided at the initial seeds
+stores no further trial; an undecided one adds seeds only to the two methods it compares."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from harness.store.models import Trial
+
+pytestmark = pytest.mark.slow  # real trials in subprocesses
+
+SUITE = """\
+suite: sequential
+seeds: {{initial: 3, max: 12, step: 3}}
+defaults:
+  time_limit_s: 120
+  train: {{steps: 12, batch_size: 8, warmup_steps: 0, eval_every: 12, eval_batches: 2}}
+  optimizer: {{name: adamw, lr: 1.0e-2}}
+models:
+  gpt-1l: {{type: gpt, n_layers: 1, d_model: 32, n_heads: 2, max_seq_len: 64}}
+tasks:
+  bytes: {{type: lm, corpus: shakespeare, tokenizer: byte, seq_len: 32}}
+methods:
+{methods}
+baseline: trains
+expect:
+{claims}
+"""
+
+
+def write(tmp_path: Path, methods: str, claims: str) -> Path:
+    path = tmp_path / "suite.yaml"
+    path.write_text(
+        SUITE.format(
+            methods=textwrap.indent(methods.strip(), "  "),
+            claims=textwrap.indent(claims.strip(), "  "),
+        )
+    )
+    return path
+
+
+def layerbench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+
+
+def stored_seeds(db: str) -> dict[str, set[int]]:
+    seeds: dict[str, set[int]] = defaultdict(set)
+    with Session(create_engine(db)) as session:
+        for trial in session.scalars(select(Trial)):
+            seeds[trial.method].add(trial.seed)
+    return seeds
+
+
+def test_a_claim_decided_at_the_initial_seeds_stops_there(tmp_path: Path) -> None:
+    suite = write(
+        tmp_path,
+        "trains: {}\nfrozen: {optimizer: {lr: 1.0e-7}}",
+        "- {method: trains, than: frozen, direction: better, source: test}",
+    )
+    db = f"sqlite:///{tmp_path / 'decided.db'}"
+    plan = layerbench("plan", str(suite), "--db", db)
+    assert "6 initial trials (seeds 0-2)" in plan.stdout and "at most 24 trials" in plan.stdout
+    ran = layerbench("run", str(suite), "--db", db, "--no-mlflow")
+    assert "look 1:" in ran.stdout and "(decided)" in ran.stdout
+    assert stored_seeds(db) == {"trains": {0, 1, 2}, "frozen": {0, 1, 2}}
+    ranked = json.loads(layerbench("rank", str(suite), "--db", db, "--format", "json").stdout)
+    (check,) = ranked["findings"][0]["checks"]
+    assert ranked["findings"][0]["verdict"] == "reproduced"
+    record = check["sequential"]
+    assert (record["n"], record["looks"], record["stopped"]) == (3, 1, "decided")
+    assert record["cpu_s"] > 0 and record["interval"][1] < 0
+
+
+def test_an_undecided_claim_adds_seeds_only_to_its_two_methods(tmp_path: Path) -> None:
+    # `twin` is `trains` under another name: identical losses, a difference of exactly 0
+    suite = write(
+        tmp_path,
+        "trains: {}\ntwin: {}\nfrozen: {optimizer: {lr: 1.0e-7}}",
+        "- {method: trains, than: frozen, direction: better, source: clear}\n"
+        "- {method: twin, than: trains, direction: better, source: undecided}",
+    )
+    db = f"sqlite:///{tmp_path / 'open.db'}"
+    ran = layerbench("run", str(suite), "--db", db, "--no-mlflow")
+    assert "look 2:" in ran.stdout
+    seeds = stored_seeds(db)
+    assert seeds["frozen"] == {0, 1, 2}
+    assert seeds["trains"] == seeds["twin"] == set(range(6))  # futile at the second look
+    ranked = json.loads(layerbench("rank", str(suite), "--db", db, "--format", "json").stdout)
+    clear, undecided = ranked["findings"]
+    assert clear["verdict"] == "reproduced"
+    assert undecided["verdict"] == "inconclusive"
+    assert undecided["checks"][0]["sequential"]["stopped"] == "futile"

@@ -1,0 +1,376 @@
+"""The Slurm backend on a real one-node Slurm this module starts (munge, slurmctld, slurmd on
+127.0.0.1): same numbers as the local backend, a cancelled job is `failed` with Slurm's reason
+and a rerun completes it, a job past its Slurm time limit is `timeout`, and a Slurm and a local
+driver on one PostgreSQL database never run a trial twice.
+
+Skipped where Debian's slurm-wlm and munge are not installed or not run as root (the Makefile's
+`slurm` target installs them)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from harness.runner.plan import plan_suite
+from harness.spec import load_suite
+from harness.store.models import MetricPoint
+from tests.helpers import ROOT
+from tests.test_ray import final_metrics
+from tests.test_runner import count, layerbench, trials_by_key
+
+pytest.importorskip("submitit")
+pytestmark = pytest.mark.slow
+
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch")
+
+SUITE = """\
+suite: {name}
+seeds: {seeds}
+defaults:
+  time_limit_s: {limit}
+  train: {{steps: 10, batch_size: 4, warmup_steps: 1, eval_every: 5, eval_batches: 1}}
+  optimizer: {{name: adamw, lr: 3.0e-3}}
+models:
+  gpt-1l: {{type: gpt, n_layers: 1, d_model: 16, n_heads: 2, max_seq_len: 32}}
+tasks:
+  bytes: {{type: lm, corpus: shakespeare, tokenizer: byte, seq_len: 16}}
+methods:
+{methods}
+slurm: {{folder: {folder}, time_grace_s: 0}}
+plugins: [tests.plugins.pidfile]
+"""
+
+CONF = """\
+ClusterName=layerbench-test
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={dir}/munge.sock
+CredType=cred/munge
+StateSaveLocation={dir}/state
+SlurmdSpoolDir={dir}/spool
+SlurmctldPidFile={dir}/slurmctld.pid
+SlurmdPidFile={dir}/slurmd.pid
+SlurmctldLogFile={dir}/slurmctld.log
+SlurmdLogFile={dir}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+ReturnToService=2
+MinJobAge=600
+KillWait=5
+InactiveLimit=0
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+NodeName=node0 NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
+PartitionName=test Nodes=node0 Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+class Cluster(NamedTuple):
+    conf: Path
+    pids: Path
+
+
+class Overdue(NamedTuple):
+    driver: subprocess.Popen[str]
+    db: str
+    log: Path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def memory_mb() -> int:
+    total_kb = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal:")
+    )
+    return total_kb // 1024 // 2
+
+
+def start_daemons(directory: Path) -> Path:
+    """munged with its own key and socket, then slurmctld and slurmd on a config of their own."""
+    for sub in ("state", "spool"):
+        (directory / sub).mkdir()
+    key = directory / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o600)
+    subprocess.run(
+        [
+            "munged",
+            "--force",
+            f"--socket={directory}/munge.sock",
+            f"--key-file={key}",
+            f"--log-file={directory}/munged.log",
+            f"--seed-file={directory}/munge.seed",
+            f"--pid-file={directory}/munge.pid",
+        ],
+        check=True,
+    )
+    conf = directory / "slurm.conf"
+    conf.write_text(
+        CONF.format(
+            dir=directory,
+            ctld_port=free_port(),
+            d_port=free_port(),
+            cpus=os.cpu_count() or 1,
+            memory_mb=memory_mb(),
+        )
+    )
+    subprocess.run(["slurmctld", "-f", str(conf), "-i"], check=True)
+    subprocess.run(["slurmd", "-f", str(conf), "-N", "node0"], check=True)
+    return conf
+
+
+def stop_daemons(directory: Path) -> None:
+    for pidfile in ("slurmd.pid", "slurmctld.pid", "munge.pid"):
+        path = directory / pidfile
+        if path.exists():
+            subprocess.run(["kill", path.read_text().strip()], check=False)
+
+
+def wait_idle(conf: Path, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        shown = subprocess.run(
+            ["sinfo", "--noheader", "--format=%t"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "SLURM_CONF": str(conf)},
+            check=False,
+        )
+        if shown.stdout.strip() == "idle":
+            return
+        time.sleep(0.5)
+    raise AssertionError(
+        f"the Slurm node did not come up: {(conf.parent / 'slurmd.log').read_text()}"
+    )
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A one-node Slurm for the module; jobs see this tree and the pidfile plugin's folder."""
+    missing = [name for name in DAEMONS if shutil.which(name) is None]
+    if missing or os.geteuid() != 0:
+        pytest.skip(
+            f"a local Slurm needs root and Debian's slurm-wlm and munge (missing: {missing}); "
+            "`make slurm` installs them"
+        )
+    directory = tmp_path_factory.mktemp("slurm")
+    pids = tmp_path_factory.mktemp("pids")
+    try:
+        conf = start_daemons(directory)
+        wait_idle(conf)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("SLURM_CONF", str(conf))
+            patch.setenv("HF_HUB_OFFLINE", "1")
+            patch.setenv("LAYERBENCH_TEST_PIDS", str(pids))
+            path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+            patch.setenv("PYTHONPATH", path)
+            yield Cluster(conf, pids)
+    finally:
+        stop_daemons(directory)
+
+
+def suite_file(
+    directory: Path,
+    methods: str,
+    seeds: str = "[0, 1]",
+    name: str = "tiny",
+    limit: float = 120,
+) -> Path:
+    body = "\n".join(f"  {line}" for line in methods.strip().splitlines())
+    path = directory / f"{name}.yaml"
+    folder = directory / "jobs"
+    path.write_text(SUITE.format(name=name, seeds=seeds, methods=body, folder=folder, limit=limit))
+    return path
+
+
+def driver(args: list[str], log: Path, **env: str) -> subprocess.Popen[str]:
+    """`layerbench ARGS` in the background, its output in a file nobody has to read meanwhile."""
+    with log.open("w") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "harness", *args],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **env},
+        )
+
+
+@pytest.fixture(scope="module")
+def overdue(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Overdue]:
+    """A trial held past its one-minute Slurm limit: started with the module's first test, as
+    Slurm checks limits only every 30 s or so and this takes about 90 s of waiting."""
+    directory = tmp_path_factory.mktemp("overdue")
+    pids = directory / "pids"
+    pids.mkdir()
+    (pids / "hold").touch()  # the trial waits in the pidfile plugin until Slurm kills it
+    suite = suite_file(
+        directory, "held: {optimizer: {name: adamw-pidfile}}", seeds="[0]", name="overdue", limit=1
+    )
+    db = f"sqlite:///{directory / 'overdue.db'}"
+    log = directory / "driver.log"
+    args = ["run", str(suite), "--db", db, "--no-mlflow", "--backend", "slurm"]
+    process = driver(args, log, LAYERBENCH_TEST_PIDS=str(pids))
+    yield Overdue(process, db, log)
+    if process.poll() is None:
+        process.kill()
+
+
+@pytest.mark.usefixtures("overdue")
+def test_slurm_and_local_store_identical_metrics(slurm: Cluster, tmp_path: Path) -> None:
+    suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
+    on_slurm, local = f"sqlite:///{tmp_path / 'slurm.db'}", f"sqlite:///{tmp_path / 'local.db'}"
+    ran = layerbench("run", str(suite), "--db", on_slurm, "--backend", "slurm")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    # one thread per trial on both backends (a Slurm job asks for 1 CPU by default)
+    workers = str(os.cpu_count() or 1)
+    ran = layerbench("run", str(suite), "--db", local, "--no-mlflow", "--workers", workers)
+    assert ran.returncode == 0, ran.stderr
+    assert len(final_metrics(on_slurm)) == 2
+    assert final_metrics(on_slurm) == final_metrics(local)
+    stored = trials_by_key(on_slurm).values()
+    assert all(t.status == "done" and t.attempts == 1 for t in stored)
+    assert all(t.mlflow_run_id for t in stored)  # the driver logged each to MLflow
+    assert all(t.environment["threads"] == 1 for t in stored)
+    again = layerbench("run", str(suite), "--db", on_slurm, "--backend", "slurm")
+    assert again.returncode == 0 and "2 stored, 0 to run" in again.stdout  # nothing missing
+
+
+def job_of(pid: int) -> str:
+    """The Slurm job a process belongs to (`scontrol pidinfo`: "Slurm JobId=7 ends at ...")."""
+    shown = subprocess.run(
+        ["scontrol", "pidinfo", str(pid)], capture_output=True, text=True, check=True
+    )
+    found = re.search(r"JobId=(\d+)", shown.stdout)
+    assert found, shown.stdout
+    return found.group(1)
+
+
+def wait_for_pid(pids: Path, driver: subprocess.Popen[str], log: Path) -> int:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        found = [p.name for p in pids.iterdir() if p.name.isdigit()]
+        if found:
+            return int(found[0])
+        if driver.poll() is not None:
+            raise AssertionError(f"the driver ended ({driver.returncode}): {log.read_text()}")
+        time.sleep(0.1)
+    raise AssertionError(f"no trial started in time: {log.read_text()}")
+
+
+def test_a_cancelled_job_is_failed_with_the_reason_and_a_rerun_completes_it(
+    slurm: Cluster, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    hold = pids / "hold"  # the watched trial waits after writing its pid: the scancel lands in it
+    hold.touch()
+    suite = suite_file(
+        tmp_path, "pre-ln: {}\nwatched: {optimizer: {name: adamw-pidfile}}", seeds="[0]"
+    )
+    db = f"sqlite:///{tmp_path / 'cancel.db'}"
+    run = ["run", str(suite), "--db", db, "--no-mlflow", "--backend", "slurm"]
+    log = tmp_path / "driver.log"
+    process = driver(run, log, LAYERBENCH_TEST_PIDS=str(pids))
+    job = job_of(wait_for_pid(pids, process, log))
+    subprocess.run(["scancel", job], check=True)
+    assert process.wait(timeout=300) == 1, log.read_text()
+    hold.unlink()  # only now: the trial must not finish in the grace between SIGTERM and SIGKILL
+    stored = {t.method: t for t in trials_by_key(db).values()}
+    assert stored["pre-ln"].status == "done"
+    watched = stored["watched"]
+    assert watched.status == "failed" and watched.attempts == 1
+    assert "ended CANCELLED (see `scancel`) without a result" in watched.error, watched.error
+
+    rerun = layerbench(*run, "--retry-failed")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    after = trials_by_key(db)
+    assert set(after) == {t.key for t in plan_suite(load_suite(suite))}
+    assert all(t.status == "done" for t in after.values())
+    again = {t.method: t for t in after.values()}
+    assert again["watched"].attempts == 2 and again["pre-ln"].attempts == 1
+    assert again["pre-ln"].ended_at == stored["pre-ln"].ended_at  # not run again
+    for trial in after.values():  # two evaluations, four series each, nothing twice
+        assert count(db, MetricPoint, trial.id) == 2 * 4
+
+
+def test_a_slurm_and_a_local_driver_on_postgresql_never_run_a_trial_twice(
+    slurm: Cluster, postgres_url: str, tmp_path: Path
+) -> None:
+    suite = suite_file(tmp_path, "pre-ln: {}\nrms: {norm: {type: rmsnorm}}")
+    layerbench("db", "upgrade", "--db", postgres_url, check=True)
+    run = [sys.executable, "-m", "harness", "run", str(suite), "--db", postgres_url, "--no-mlflow"]
+    commands = [[*run, "--backend", "slurm"], run]
+    drivers = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in commands]
+    outputs = [process.communicate(timeout=300)[0] for process in drivers]
+    assert [process.returncode for process in drivers] == [0, 0], outputs
+    stored = trials_by_key(postgres_url)
+    assert len(stored) == 4
+    assert all(t.status == "done" and t.attempts == 1 for t in stored.values())
+    assert sum(output.count("    done ") for output in outputs) == 4, outputs
+
+
+def test_a_trial_past_its_slurm_time_limit_is_a_timeout(overdue: Overdue) -> None:
+    assert overdue.driver.wait(timeout=300) == 1, overdue.log.read_text()
+    (trial,) = trials_by_key(overdue.db).values()
+    assert trial.status == "timeout"
+    assert "ran past its Slurm time limit" in trial.error, trial.error
+
+
+def test_job_resources_and_time_limit_follow_the_suite() -> None:
+    from harness.runner.slurm_backend import job_resources, slurm_time
+    from harness.spec.schema import ResourcesSpec
+
+    assert job_resources("cpu", ResourcesSpec()) == {"cpus_per_task": 1}
+    assert job_resources("cuda:0", ResourcesSpec()) == {"cpus_per_task": 1, "gpus_per_node": 1}
+    wanted = ResourcesSpec(cpus=7.5, gpus=0.5, memory_gb=1.5)
+    assert job_resources("cuda", wanted) == {
+        "cpus_per_task": 8,
+        "gpus_per_node": 1,
+        "mem": "1536M",
+    }
+    assert slurm_time(1) == "0:01:00"
+    assert slurm_time(900 + 60) == "0:16:00"
+    assert slurm_time(2 * 3600 + 1) == "2:01:00"
+
+
+def test_command_line_slurm_options_override_the_suite_and_a_bad_flag_is_invalid_input(
+    tiny_suite: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.cli.run import slurm_settings
+    from harness.spec.schema import SlurmSpec
+
+    suite = SlurmSpec(partition="cpu", qos="low", sbatch={"constraint": "a100"})
+    flags = {"partition": "gpu", "account": None, "qos": None, "array_parallelism": 4}
+    merged = slurm_settings(suite, flags, ["exclude=node7", "--mail-type=FAIL"])
+    assert (merged.partition, merged.qos, merged.array_parallelism) == ("gpu", "low", 4)
+    assert merged.sbatch == {"constraint": "a100", "exclude": "node7", "mail-type": "FAIL"}
+    ran = CliRunner().invoke(app, ["run", str(tiny_suite), "--backend", "slurm", "--sbatch", "x"])
+    assert ran.exit_code == 2
+    assert "--sbatch takes KEY=VALUE" in ran.output
