@@ -10,8 +10,8 @@ nightly runs on the same host class. A change is *flagged* when all of these hol
    difference points the same way as the change (differences equal up to rounding: p = 0, or 1
    if they are all zero);
 3. it lies outside the window's mean +- z sigma, sigma the standard deviation of the window runs'
-   means (Conbench's lookback z-score; z = inf when the window has no spread and the change is
-   not zero).
+   means (Conbench's lookback z-score; z = inf when the window has no spread beyond float
+   rounding and the change is not zero).
 
 A flagged change is `suspected` until `confirm` consecutive runs are flagged the same way
 (PyTorch HUD's confirmation), then it is a `regression` (worse) or an `improvement` (better).
@@ -34,7 +34,7 @@ import numpy as np
 
 from harness.core import CellKey, Direction
 from harness.ranking.findings import Finding as ClaimFinding
-from harness.ranking.stats import finite_or_none, paired_test, t_ci
+from harness.ranking.stats import ROUNDING, finite_or_none, paired_test, t_ci
 from harness.records import DONE
 from harness.spec.schema import RegressionSpec
 
@@ -139,7 +139,7 @@ def compare(
     new_mean = float(np.mean(list(new.values())))
     delta = new_mean - window_mean
     p_value, paired_diff = paired_p(new, window[-1])
-    if window_sd > 0.0:
+    if window_sd > ROUNDING * abs(window_mean):
         z = delta / window_sd
     else:
         z = math.copysign(math.inf, delta) if delta != 0.0 else 0.0
