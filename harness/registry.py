@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -210,7 +210,9 @@ class NormTypeEntry(Entry[NormFactory]):
 
 @dataclass(frozen=True, kw_only=True)
 class OptimizerEntry(Entry[OptimizerFactory]):
-    pass
+    on_device: Callable[[dict[str, Any], bool], dict[str, Any]] | None = None
+    """Resolves the section's per-device `auto` values given whether the trial runs on a GPU;
+    planning stores the result in the trial config, so the key names the value that runs."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,16 +266,20 @@ ModelEntry = TrainableModelEntry | PretrainedModelEntry
 
 @dataclass(frozen=True, kw_only=True)
 class TrainTaskEntry(Entry[type["Task"]]):
-    """A task that trains a model: batches, loss, evaluation."""
+    """A task that trains a model: batches, loss, evaluation. `metrics`: the final metrics it
+    emits (names in `METRICS`, which gives their direction)."""
 
     fingerprint: Fingerprint
+    metrics: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
 class EvalTaskEntry(Entry[type["EvalTask"]]):
-    """A task that evaluates a pretrained model with its own tokenizer."""
+    """A task that evaluates a pretrained model with its own tokenizer. `metrics`: as a
+    `TrainTaskEntry`'s (an lm-eval task's are those of any lm-eval task this harness reads)."""
 
     fingerprint: Fingerprint
+    metrics: tuple[str, ...] = ()
 
 
 TaskEntry = TrainTaskEntry | EvalTaskEntry
@@ -363,8 +369,24 @@ for _name, _direction, _description in [
     ("val_acc_norm", MAX, "length-normalized accuracy on the validation split (lm-eval)"),
     ("val_word_perplexity", MIN, "word perplexity on the validation split (lm-eval)"),
     ("val_byte_perplexity", MIN, "byte perplexity on the validation split (lm-eval)"),
+    ("layers", MIN, "blocks left after pruning"),
 ]:
     METRICS.add(_name, Metric(_direction, _description), summary=_description)
+
+
+TRIAL_METRICS = ("train_loss", "tokens_per_s", "params")
+"""What every training trial reports besides its task's metrics (`harness.runner.trial`)."""
+COMPRESSION_METRICS = ("layers_removed", "layers", "effective_bits", "model_bytes")
+"""What a pruned or quantized trial reports (`harness.runner.posttrain`)."""
+
+
+def undeclared_metrics(task_type: str, names: Iterable[str]) -> list[str]:
+    """The metric names a trial of `task_type` stored that neither its task's catalog entry
+    (`metrics=`) nor the runner declares (unknown task types declare nothing)."""
+    declared = {*TRIAL_METRICS, *COMPRESSION_METRICS}
+    if task_type in TASKS.names():
+        declared.update(TASKS.entry(task_type).metrics)
+    return sorted(set(names) - declared)
 
 
 def all_modules() -> list[str]:

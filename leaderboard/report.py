@@ -21,7 +21,7 @@ from harness.core import Status
 from harness.ranking import Ranking, RankRow
 from harness.ranking.findings import Finding
 from harness.ranking.render import to_markdown
-from harness.ranking.suite import RankPlan, rank_suite
+from harness.ranking.suite import RankOverrides, RankPlan, rank_suite
 from harness.registry import METRICS
 from harness.spec.schema import Suite
 from leaderboard import data
@@ -66,7 +66,7 @@ def write_report(
 ) -> Path:
     """Write `out/report.md` and `out/figures/*.png` for `plan` (the suite's trials to rank),
     ranked by `metric` (default: the suite's); returns the markdown file."""
-    ranking = rank_suite(engine, plan, metric=metric)
+    ranking = rank_suite(engine, plan, RankOverrides(metric=metric))
     if ranking is None:
         why = "".join(f"\n{line}" for line in plan.unstored or ())
         raise ReportError(f"no stored results for suite '{suite.suite}'{why}")

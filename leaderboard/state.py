@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from harness.ranking import Ranking, TrialOutcome
-from harness.ranking.suite import rank_suite
+from harness.ranking.suite import Baseline, RankOverrides, rank_suite
 from harness.spec.declaration import RankingDeclaration
 from harness.store.db import DatabaseError, redact
 from leaderboard import data
@@ -108,16 +108,15 @@ def board(context: Context) -> Board | None:
     method_families = families(suite, selection.baseline)
     chosen = select(suite.outcomes, selection, suite.run_of, method_families, suite.nightly)
     keys = {outcome.key for outcome in chosen}
-    ranking = rank_suite(
-        context.engine,
-        selection.suite,
+    overrides = RankOverrides(
         metric=selection.metric,
-        baseline=selection.baseline,
+        baseline=Baseline(selection.baseline),
         alpha=selection.alpha,
         keep=lambda outcome: outcome.key in keys,
         current_only=selection.run_id is None,
         nightly=False,  # a nightly run is chosen as a suite run in the sidebar
     )
+    ranking = rank_suite(context.engine, selection.suite, overrides)
     if ranking is None:
         return None
     ranked = {trial["key"] for row in ranking.rows for trial in row.trials}

@@ -28,7 +28,7 @@ def rows_frame(ranking: Ranking, families: Mapping[str, tuple[str, ...]]) -> pd.
     """The group table of `harness.ranking` (its cell values, verdicts marked), one row per
     (task, model, method) in rank order, with each method's family and its seeds' failures."""
     table = group_table(ranking)
-    verdict = table.header.index("verdict")
+    verdict = table.index("verdict")
     records = []
     cells = [(s.keys["task"], s.keys["model"], row) for s in table.sections for row in s.rows]
     for (task, model, row_cells), row in zip(cells, ranking.rows, strict=True):
@@ -45,8 +45,8 @@ def rows_frame(ranking: Ranking, families: Mapping[str, tuple[str, ...]]) -> pd.
 def summary_frame(ranking: Ranking, families: Mapping[str, tuple[str, ...]]) -> pd.DataFrame:
     """The overall table of `harness.ranking` (its cell values), with each method's family."""
     table = overall_table(ranking)
-    rows = values(table, table.header)
-    method = table.header.index("method")
+    rows = values(table, table.keys)
+    method = table.index("method")
     frame = pd.DataFrame.from_records(rows, columns=table.header)
     frame.insert(method + 1, "family", [family_label(families, row[method]) for row in rows])
     return frame

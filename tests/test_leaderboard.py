@@ -121,11 +121,7 @@ def test_ranked_table_equals_layerbench_rank_json(tiny_suite_db: Path) -> None:
     assert records(summary, overall["header"]) == cell_values(overall, with_keys=False)
     assert [r["method"] for r in expected["rows"]] == list(rows["method"])
     post_ln = rows[rows["method"] == "post-ln"].iloc[0]
-    assert (post_ln["diverged"], post_ln["failed"], post_ln["seeds failed"]) == (
-        1,
-        1,
-        1,
-    )  # failed: the ranking's n_failed (issue 25)
+    assert (post_ln["diverged"], post_ln["failed"], post_ln["seeds failed"]) == (1, 1, 1)
 
 
 def test_filters_change_the_table(tiny_suite_db: Path) -> None:

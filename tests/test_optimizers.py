@@ -22,7 +22,7 @@ from harness.models.gpt import GPTSpec, build_gpt
 from harness.registry import OPTIMIZERS, SCHEDULES
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
-from harness.spec.resolve import resolve_ns_dtype, resolved_optimizer
+from harness.spec.resolve import resolved_optimizer
 from harness.spec.schema import NormSpec, OptimizerSpec
 from tests.helpers import write_suite
 
@@ -264,13 +264,16 @@ def test_muon_float32_newton_schulz_is_torch_s_formula_in_float32(shape: tuple[i
 
 
 def test_ns_dtype_auto_is_bfloat16_on_cuda_and_float32_on_cpu() -> None:
-    assert resolve_ns_dtype("auto", "cpu", cuda=True) == "float32"
-    assert resolve_ns_dtype("auto", "cuda:1", cuda=False) == "bfloat16"
-    assert resolve_ns_dtype("bfloat16", "cpu", cuda=False) == "bfloat16"
-    assert resolve_ns_dtype("auto", "auto", cuda=True) == "bfloat16"
-    assert resolve_ns_dtype("auto", "auto", cuda=False) == "float32"
     muon = {"name": "muon", "lr": 0.02}
-    assert resolved_optimizer(muon, "cpu", cuda=False)["ns_dtype"] == "float32"
+    for device, cuda, expected in [
+        ("cpu", True, "float32"),
+        ("cuda:1", False, "bfloat16"),
+        ("auto", True, "bfloat16"),
+        ("auto", False, "float32"),
+    ]:
+        assert resolved_optimizer(muon, device, cuda)["ns_dtype"] == expected
+    fixed = muon | {"ns_dtype": "bfloat16"}
+    assert resolved_optimizer(fixed, "cpu", cuda=False)["ns_dtype"] == "bfloat16"
     assert resolved_optimizer({"name": "adamw"}, "cpu", cuda=False) == {"name": "adamw"}
     muon = parts(make_optimizer(tiny_gpt(), OptimizerSpec(name="muon")))["Muon"]
     assert muon.ns_dtype == torch.float32  # a CPU model

@@ -26,6 +26,7 @@ from harness.ranking import (
     select_tuned,
 )
 from harness.registry import RegistryError
+from harness.spec.schema import RankSpec
 from tests.helpers import scipy_percentile_ci
 
 ROW_KEYS = [
@@ -109,11 +110,15 @@ def test_ci_is_the_t_interval_by_default_and_a_bootstrap_on_request() -> None:
     assert first.ci_low < first.mean < first.ci_high  # type: ignore[operator]
     expected = stats.t.interval(0.95, 29, loc=np.mean(values), scale=stats.sem(values))
     assert (first.ci_low, first.ci_high) == pytest.approx(expected)
-    boot = row_of(rank(outcomes("a", values), "val_loss", None, ci="bootstrap"), "a")
-    again = row_of(rank(outcomes("a", values), "val_loss", None, ci="bootstrap"), "a")
+    boot = row_of(
+        rank(outcomes("a", values), RankSpec(metric="val_loss", ci="bootstrap"), None), "a"
+    )
+    again = row_of(
+        rank(outcomes("a", values), RankSpec(metric="val_loss", ci="bootstrap"), None), "a"
+    )
     assert (boot.ci_low, boot.ci_high) == pytest.approx((again.ci_low, again.ci_high), abs=1e-12)
     assert (boot.ci_low, boot.ci_high) == pytest.approx(scipy_percentile_ci(values))
-    bca = row_of(rank(outcomes("a", values), "val_loss", None, ci="bca"), "a")
+    bca = row_of(rank(outcomes("a", values), RankSpec(metric="val_loss", ci="bca"), None), "a")
     assert bca.ci_low is not None and bca.ci_low != boot.ci_low
 
 
@@ -131,7 +136,7 @@ def test_the_t_interval_covers_the_mean_95_percent_of_the_time_at_3_and_5_seeds(
 
 def test_bootstrap_with_few_seeds_warns_and_the_header_names_the_interval() -> None:
     runs = outcomes("a", [1.0, 1.2, 1.1]) + outcomes("b", [2.0, 2.1, 2.3])
-    ranking = rank(runs, "val_loss", "a", ci="bootstrap")
+    ranking = rank(runs, RankSpec(metric="val_loss", ci="bootstrap"), "a")
     assert any("fewer than 10 seeds" in w for w in ranking.warnings)
     assert "95% CI: percentile bootstrap" in format_ranking(ranking, "md")
     default = format_ranking(rank(runs, "val_loss", "a"), "md")
@@ -317,10 +322,10 @@ def test_tuning_on_one_metric_reports_another() -> None:
 
     runs = [trial(0, 0.1, 1.0, 3.0), trial(1, 0.1, 1.1, 3.1)]
     runs += [trial(0, 0.2, 2.0, 1.0), trial(1, 0.2, 2.1, 1.1)]
-    ranking = rank(runs, "test_loss", None, tune_metric="val_loss")
+    ranking = rank(runs, RankSpec(metric="test_loss", tune_metric="val_loss"), None)
     assert (ranking.rows[0].sweep, ranking.rows[0].mean) == ({"lr": 0.1}, pytest.approx(3.05))
     assert "tuning: per_method on val_loss" in format_ranking(ranking, "md")
-    optimistic = rank(runs, "test_loss", None, tuning="per_seed")
+    optimistic = rank(runs, RankSpec(metric="test_loss", tuning="per_seed"), None)
     assert optimistic.rows[0].mean == pytest.approx(1.05)
     assert any("optimistic" in w for w in optimistic.warnings)
 

@@ -20,6 +20,7 @@ from harness.ranking.examples import mcnemar_test, weight_name, wilson_ci
 from harness.runner.plan import plan_suite
 from harness.runner.trial import build, prepare
 from harness.spec import load_suite
+from harness.spec.schema import RankSpec
 from harness.store.db import make_engine, upgrade
 from harness.tasks.base import weight_name as task_weight_name
 from leaderboard.tables import MARKS, rows_frame, summary_frame
@@ -136,11 +137,11 @@ def test_overall_order_follows_rank_aggregate() -> None:
     runs = outcomes("base", [2.0, 2.0]) + outcomes("a", [1.0, 1.0]) + outcomes("b", [1.5, 1.5])
     runs += outcomes("base", [1.0, 1.0], "t2") + outcomes("a", [3.0, 3.0], "t2")
     runs += outcomes("b", [0.9, 0.9], "t2")
-    normalized = rank(runs, "val_loss", "base", aggregate="normalized")
+    normalized = rank(runs, RankSpec(metric="val_loss", aggregate="normalized"), "base")
     ratios = {s.method: s.normalized for s in normalized.summary}
     assert ratios == pytest.approx({"base": 1.0, "a": (0.5 + 3.0) / 2, "b": (0.75 + 0.9) / 2})
     assert [s.method for s in normalized.summary] == ["b", "base", "a"]
-    by_rank = rank(runs, "val_loss", "base", aggregate="mean_rank")
+    by_rank = rank(runs, RankSpec(metric="val_loss", aggregate="mean_rank"), "base")
     assert by_rank.summary[0].method == "b"
     assert "Overall (by mean / baseline)" in format_ranking(normalized, "md")
 

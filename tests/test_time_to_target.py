@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.ranking import Ranking, RankRow, Target, TrialOutcome, format_ranking, rank
+from harness.spec.schema import RankSpec
 from harness.store.models import Result, Trial
 from tests.helpers import write_suite
 
-TARGET = Target("val_loss", 2.0)
+TARGET = Target(metric="val_loss", value=2.0)
 
 
 def runs(method: str, hits: Sequence[int | None], task: str = "lm") -> list[TrialOutcome]:
@@ -41,7 +42,11 @@ def row_of(ranking: Ranking, method: str, task: str = "lm") -> RankRow:
 def test_steps_and_time_to_target_are_medians_with_cis_and_never_reaching_methods_kept() -> None:
     many = [100, 150, 200, 250, 300, 350, 400, 100]
     outcomes = runs("fast", many) + runs("slow", [300, 300, None])
-    ranking = rank(outcomes + runs("stuck", [None, None, None]), "val_loss", None, target=TARGET)
+    ranking = rank(
+        outcomes + runs("stuck", [None, None, None]),
+        RankSpec(metric="val_loss", target=TARGET),
+        None,
+    )
     fast, slow, stuck = (row_of(ranking, m) for m in ("fast", "slow", "stuck"))
     assert (fast.n_reached, fast.steps_to_target, fast.time_to_target) == (8, 225, 22.5)
     interval = stats.quantile_test(np.array(many, float), q=225, p=0.5).confidence_interval()
@@ -65,28 +70,34 @@ def test_time_to_target_takes_each_seeds_fastest_sweep_point() -> None:
         TrialOutcome("m", "gpt", "lm", seed, "done", {"val_loss": 1.5}, {"lr": 2}, series=series)
         for seed, series in enumerate([[(100, 10.0, 1.9)], [(500, 50.0, 1.9)]])
     ]
-    row = rank(slow_best + fast_worse, "val_loss", None, target=TARGET).rows[0]
+    row = rank(slow_best + fast_worse, RankSpec(metric="val_loss", target=TARGET), None).rows[0]
     assert (row.sweep, row.mean) == ({"lr": 1}, 1.0)
     assert (row.n_reached, row.steps_to_target, row.time_to_target) == (2, 250, 25.0)
 
 
 def test_a_target_per_task() -> None:
-    target = Target("val_loss", {"lm": 2.0})
-    ranking = rank(runs("a", [100]) + runs("a", [100], task="t2"), "val_loss", None, target=target)
+    target = Target(metric="val_loss", value={"lm": 2.0})
+    ranking = rank(
+        runs("a", [100]) + runs("a", [100], task="t2"),
+        RankSpec(metric="val_loss", target=target),
+        None,
+    )
     assert row_of(ranking, "a").steps_to_target == 100
     assert row_of(ranking, "a", "t2").n_reached == 0
 
 
 def test_a_trial_that_diverges_after_reaching_the_target_reached_it() -> None:
     diverged = TrialOutcome("m", "gpt", "lm", 0, "diverged", {}, series=[(10, 1.0, 1.9)])
-    row = rank([diverged], "val_loss", None, target=TARGET).rows[0]
+    row = rank([diverged], RankSpec(metric="val_loss", target=TARGET), None).rows[0]
     assert (row.n_reached, row.steps_to_target, row.n_failed) == (1, 10, 1)
 
 
 def test_a_max_metric_reaches_its_target_from_below() -> None:
     series = [(10, 1.0, 0.5), (20, 2.0, 0.8), (30, 3.0, 0.95)]
     outcome = TrialOutcome("m", "gpt", "lm", 0, "done", {"id_acc": 0.95}, series=series)
-    row = rank([outcome], "id_acc", None, target=Target("id_acc", 0.8)).rows[0]
+    row = rank(
+        [outcome], RankSpec(metric="id_acc", target=Target(metric="id_acc", value=0.8)), None
+    ).rows[0]
     assert (row.steps_to_target, row.time_to_target) == (20, 2.0)
 
 
@@ -94,7 +105,7 @@ def test_performance_profile_score_matches_algoperf_by_hand() -> None:
     """B = 1/(3n) sum_w max(0, 4 - r_w), r_w = median time / best median time on workload w."""
     workload_a = runs("a", [100, 150, 200]) + runs("b", [300, 300, None]) + runs("c", [None])
     workload_b = runs("a", [400, 400], task="t2") + runs("b", [100, 100], task="t2")
-    ranking = rank(workload_a + workload_b, "val_loss", None, target=TARGET)
+    ranking = rank(workload_a + workload_b, RankSpec(metric="val_loss", target=TARGET), None)
     scores = {s.method: (s.profile_steps, s.profile_time) for s in ranking.summary}
     # workload lm: medians a 150, b 300 (one seed never: still the median), c infinite
     # workload t2: a 400 (r = 4), b 100 (r = 1), c has no trial (infinite)

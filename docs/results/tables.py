@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from harness.ranking import Cell, Section, Table
 from harness.ranking.render import table_md
-from harness.ranking.table import number
+from harness.ranking.table import number, plain_columns
 from harness.registry import METRICS
 from harness.store.db import make_engine
 from harness.store.models import LayerStatistic, Result, Trial
@@ -65,7 +65,7 @@ def table(db: str, suite: str, metric: str, by: str, methods: list[str]) -> Tabl
             [Cell(method, method), number(by_value, "g"), *map(number, cells), number(mean)]
         )
     header = ["method", by, *tasks, f"mean {metric}"]
-    return Table(f"{metric} by {by}", header, [Section("", rows)])
+    return Table(f"{metric} by {by}", plain_columns(header), [Section("", rows)])
 
 
 def sweep_table(db: str, suite: str, metric: str, field: str) -> Table:
@@ -93,7 +93,7 @@ def sweep_table(db: str, suite: str, metric: str, field: str) -> Table:
         shown = [_point(point, mean, points[point], mean == best) for point, mean in means.items()]
         rows.append([Cell(method, method), Cell(task, task), Cell(means, " · ".join(shown))])
     header = ["method", "task", f"{metric} at each {field}"]
-    return Table(f"{metric} at each {field}", header, [Section("", rows)])
+    return Table(f"{metric} at each {field}", plain_columns(header), [Section("", rows)])
 
 
 def layer_table(db: str, suite: str, stat: str, task: str, model: str, methods: list[str]) -> Table:
@@ -124,7 +124,9 @@ def layer_table(db: str, suite: str, stat: str, task: str, model: str, methods: 
         if method in found
     ]
     header = ["method", *(f"block {layer}" for layer in blocks)]
-    return Table(f"{stat} by block, last step ({task} / {model})", header, [Section("", rows)])
+    return Table(
+        f"{stat} by block, last step ({task} / {model})", plain_columns(header), [Section("", rows)]
+    )
 
 
 def _mean(values: list[float]) -> float | None:

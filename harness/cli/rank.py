@@ -103,10 +103,11 @@ def build_ranking(
 ) -> Ranking | None:
     """The ranking of the suite's current trials (`harness.ranking.suite.rank_suite`: the last
     nightly run's when it is newer than `layerbench run`'s)."""
-    from harness.ranking.suite import rank_suite
+    from harness.ranking.suite import RankOverrides, rank_suite
 
+    overrides = RankOverrides(metric=metric, all_points=all_points)
     try:
-        return rank_suite(engine, current_plan(suite, engine), metric=metric, all_points=all_points)
+        return rank_suite(engine, current_plan(suite, engine), overrides)
     except RegistryError as error:
         raise fail(str(error)) from None
 

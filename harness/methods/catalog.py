@@ -8,7 +8,7 @@ module (docs/adding_a_method.md).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
@@ -157,7 +157,24 @@ OPTIMIZERS.declare(
 )
 OPTIMIZERS.declare("novograd", "harness.methods.optimizers:novograd", libraries=PYTORCH_OPTIMIZER)
 OPTIMIZERS.declare("adafactor", "harness.methods.optimizers:adafactor")
-OPTIMIZERS.declare("muon", "harness.methods.optimizers:muon", params=MuonParams)
+
+
+def ns_dtype_on(ns_dtype: str, on_gpu: bool) -> str:
+    """Muon's `ns_dtype: auto`: bfloat16 on a GPU, float32 on the CPU, where bfloat16 matmuls
+    are ~20x slower; others are kept."""
+    if ns_dtype != "auto":
+        return ns_dtype
+    return "bfloat16" if on_gpu else "float32"
+
+
+def muon_on_device(section: dict[str, Any], on_gpu: bool) -> dict[str, Any]:
+    """Muon's section with `ns_dtype` resolved for the device (`ns_dtype_on`)."""
+    return section | {"ns_dtype": ns_dtype_on(section.get("ns_dtype", "auto"), on_gpu)}
+
+
+OPTIMIZERS.declare(
+    "muon", "harness.methods.optimizers:muon", params=MuonParams, on_device=muon_on_device
+)
 OPTIMIZERS.declare("rmnp", "harness.methods.optimizers:rmnp", params=HybridParams)
 OPTIMIZERS.declare("sinkgd", "harness.methods.optimizers:sinkgd", params=SinkGDParams)
 OPTIMIZERS.declare(

@@ -18,10 +18,16 @@ import torch.nn.functional as F
 from pydantic import BaseModel
 from torch import nn
 
-from harness.methods.catalog import HybridParams, LarsParams, MuonParams, ScionParams, SinkGDParams
+from harness.methods.catalog import (
+    HybridParams,
+    LarsParams,
+    MuonParams,
+    ScionParams,
+    SinkGDParams,
+    ns_dtype_on,
+)
 from harness.methods.param_roles import model_layers, trainable
 from harness.registry import LAYERWISE, OPTIMIZERS
-from harness.spec.resolve import resolve_ns_dtype
 from harness.spec.schema import OptimizerSpec
 
 P = TypeVar("P", bound=BaseModel)
@@ -333,7 +339,7 @@ def muon(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     params = method_params(spec, MuonParams)
     momentum, nesterov = momentum_of(spec, 0.95, True)
     device = next(model.parameters()).device.type
-    ns_dtype = NS_DTYPES[resolve_ns_dtype(params.ns_dtype, device, cuda=device == "cuda")]
+    ns_dtype = NS_DTYPES[ns_dtype_on(params.ns_dtype, on_gpu=device == "cuda")]
     return with_adamw(
         model,
         spec,

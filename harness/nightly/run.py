@@ -190,7 +190,13 @@ def run_values(engine: Engine, run: SuiteRun, metrics: Sequence[str]) -> RunValu
             if index == 0:
                 statuses.setdefault(cell_of(o), {})[o.seed] = o.status
     packages = (run.environment or {}).get("packages", {})
-    return RunValues(run.id, run.git_commit, packages, values, statuses)
+    return RunValues(
+        run_id=run.id,
+        git_commit=run.git_commit,
+        packages=packages,
+        values=values,
+        statuses=statuses,
+    )
 
 
 def past_alerts(alerts: Sequence[Alert]) -> dict[tuple[int, Key], PastAlert]:

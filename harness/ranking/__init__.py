@@ -28,11 +28,20 @@ from harness.ranking.render import (
     to_text,
 )
 from harness.ranking.stats import holm, paired_test
-from harness.ranking.table import Cell, Section, Table, group_table, overall_table, tables
+from harness.ranking.table import (
+    Cell,
+    Column,
+    Section,
+    Table,
+    group_table,
+    overall_table,
+    tables,
+)
 
 __all__ = [
     "FORMATS",
     "Cell",
+    "Column",
     "EvalPoint",
     "Format",
     "MethodSummary",

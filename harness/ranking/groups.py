@@ -266,16 +266,23 @@ def _verdict(
     return ("better" if sign > 0 else "worse"), "test"
 
 
-def group_rows(
-    group: Group,
-    metric: str,
-    direction: Direction,
-    baseline: str | None,
-    alpha: float,
-    ci: CIMethod,
-    n_bootstrap: int,
-) -> list[RankRow]:
+@dataclass(frozen=True)
+class GroupRules:
+    """How a group's rows are computed: the metric and its direction, the baseline, the level
+    of the tests, the interval method and its bootstrap resamples."""
+
+    metric: str
+    direction: Direction
+    baseline: str | None
+    alpha: float
+    ci: CIMethod
+    n_bootstrap: int
+
+
+def group_rows(group: Group, rules: GroupRules) -> list[RankRow]:
     """The rows of one group, best first."""
+    metric, direction, baseline = rules.metric, rules.direction, rules.baseline
+    alpha, ci, n_bootstrap = rules.alpha, rules.ci, rules.n_bootstrap
     any_failed = group.failed.any(axis=1)
     means = np.where(any_failed, np.nan, group_means(group))
     stds = np.where(any_failed, np.nan, row_stds(group.values))

@@ -18,8 +18,8 @@ reaches the target, whatever point the tuning picked.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import replace
 
 from harness.core import (
     CellKey,
@@ -33,31 +33,14 @@ from harness.core import (
     seed_key,
 )
 from harness.core.status import FAILURE_ORDER
-from harness.spec.schema import Tuning
+from harness.spec.schema import TargetSpec, Tuning
 
 Cell = CellKey
 """(method, model, task)."""
 
 
-@dataclass(frozen=True)
-class Target:
-    """A value of a metric to reach (`rank.target`): one value, or one per task (AlgoPerf sets
-    one target per workload)."""
-
-    metric: str
-    value: float | Mapping[str, float]
-
-    def value_for(self, task: str) -> float | None:
-        """The target of `task`; None when a per-task target names no value for it."""
-        if isinstance(self.value, Mapping):
-            return self.value.get(task)
-        return self.value
-
-    def describe(self) -> str:
-        if isinstance(self.value, Mapping):
-            values = ", ".join(f"{task} {value:g}" for task, value in self.value.items())
-            return f"{self.metric} = {values}"
-        return f"{self.metric} = {self.value:g}"
+Target = TargetSpec
+"""A value of a metric to reach (`rank.target`), as the suite declares it."""
 
 
 def metric_value(outcome: TrialOutcome, metric: str) -> float | None:

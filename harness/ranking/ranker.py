@@ -26,13 +26,13 @@ from typing import Any
 
 from harness.core import CellKey, Direction, GroupKey, Status, TrialOutcome, cell_of
 from harness.ranking.examples import ExampleOutcomes
-from harness.ranking.groups import Group, build_group, group_rows, median_times
-from harness.ranking.outcomes import Target, fastest_hits, select_tuned, sweep_sizes
+from harness.ranking.groups import Group, GroupRules, build_group, group_rows, median_times
+from harness.ranking.outcomes import fastest_hits, select_tuned, sweep_sizes
 from harness.ranking.records import MethodSummary, Ranking, RankRow
 from harness.ranking.stats import BOOTSTRAP_MIN_N
 from harness.ranking.ties import with_tie_groups
 from harness.registry import METRICS
-from harness.spec.schema import Aggregate, CIMethod, Tuning
+from harness.spec.schema import Aggregate, RankSpec
 
 R_MAX = 4.0
 """AlgoPerf's largest performance ratio: a method slower than 4x the best scores 0 there."""
@@ -40,69 +40,67 @@ R_MAX = 4.0
 
 def rank(
     outcomes: Iterable[TrialOutcome],
-    metric: str,
+    spec: RankSpec | str,
     baseline: str | None,
-    alpha: float = 0.05,
-    n_bootstrap: int = 2000,
-    target: Target | None = None,
     *,
-    ci: CIMethod = "t",
-    tuning: Tuning = "per_method",
-    tune_metric: str | None = None,
-    aggregate: Aggregate = "mean_win_rate",
     examples: ExampleOutcomes | None = None,
+    n_bootstrap: int = 2000,
 ) -> Ranking:
-    """Rank the methods on `metric` per (task, model) group and overall (see the module doc).
+    """Rank the methods per (task, model) group and overall (see the module doc), the way the
+    suite's `rank` section `spec` says (a metric name: that metric, every other field at its
+    default).
 
     `examples` (trial key -> metric -> example id -> value) gives example-level intervals and
     tests to groups with one seed per method. A baseline without outcomes is dropped with a
     warning. Raises `UnknownNameError` for an unknown metric.
     """
+    spec = RankSpec(metric=spec) if isinstance(spec, str) else spec
+    metric, target = spec.metric, spec.target
     direction = METRICS.get(metric).direction
-    tune_metric = tune_metric or metric
+    tune_metric = spec.tune_metric or metric
     outcomes = list(outcomes)
-    tuned = select_tuned(outcomes, tune_metric, METRICS.get(tune_metric).direction, tuning)
-    warnings = _warnings(outcomes, tuned, baseline, ci, tuning, tune_metric, metric)
+    tuned = select_tuned(outcomes, tune_metric, METRICS.get(tune_metric).direction, spec.tuning)
+    warnings = _warnings(outcomes, tuned, baseline, spec)
     if baseline is not None and all(o.method != baseline for o in tuned):
         baseline = None
     hits = None
     if target is not None:
         hits = fastest_hits(outcomes, target, METRICS.get(target.metric).direction)
-    groups = _groups(tuned, metric, hits, examples, tuning == "per_method")
-    rows = [
-        row
-        for group in groups
-        for row in group_rows(group, metric, direction, baseline, alpha, ci, n_bootstrap)
-    ]
+    groups = _groups(tuned, metric, hits, examples, spec.tuning == "per_method")
+    rules = GroupRules(
+        metric=metric,
+        direction=direction,
+        baseline=baseline,
+        alpha=spec.alpha,
+        ci=spec.ci,
+        n_bootstrap=n_bootstrap,
+    )
+    rows = [row for group in groups for row in group_rows(group, rules)]
     methods = sorted({o.method for o in tuned})
     profiles = _profiles(groups, methods) if target else {}
-    summary = _summarize(rows, baseline, profiles, aggregate, direction)
-    rows, summary = with_tie_groups(rows, summary, groups, alpha, direction)
+    summary = _summarize(rows, baseline, profiles, spec.aggregate, direction)
+    rows, summary = with_tie_groups(rows, summary, groups, spec.alpha, direction)
     return Ranking(
-        metric,
-        direction,
-        baseline,
-        rows,
-        summary,
-        target,
-        ci=ci,
-        tuning=tuning,
+        metric=metric,
+        direction=direction,
+        baseline=baseline,
+        rows=rows,
+        summary=summary,
+        target=target,
+        ci=spec.ci,
+        tuning=spec.tuning,
         tune_metric=tune_metric,
-        aggregate=aggregate,
-        alpha=alpha,
+        aggregate=spec.aggregate,
+        alpha=spec.alpha,
         warnings=warnings,
     )
 
 
 def _warnings(
-    outcomes: list[TrialOutcome],
-    tuned: list[TrialOutcome],
-    baseline: str | None,
-    ci: CIMethod,
-    tuning: Tuning,
-    tune_metric: str,
-    metric: str,
+    outcomes: list[TrialOutcome], tuned: list[TrialOutcome], baseline: str | None, spec: RankSpec
 ) -> list[str]:
+    ci, tuning, metric = spec.ci, spec.tuning, spec.metric
+    tune_metric = spec.tune_metric or metric
     found: list[str] = []
     if baseline is not None and all(o.method != baseline for o in tuned):
         known = ", ".join(sorted({o.method for o in tuned}))

@@ -9,12 +9,12 @@ import gc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.core import TrialOutcome
 from harness.ranking.examples import ExampleOutcomes
 from harness.ranking.findings import Finding, findings
-from harness.ranking.outcomes import Target, each_point
+from harness.ranking.outcomes import each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
 from harness.spec.declaration import RankingDeclaration
@@ -124,9 +124,6 @@ def stored_examples(engine: Engine, keys: list[str]) -> ExampleOutcomes | None:
         return example_outcomes(session, keys) or None
 
 
-UNSET: Any = object()
-
-
 @contextmanager
 def paused_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector while reading and ranking: both build hundreds of
@@ -141,59 +138,62 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """A baseline chosen by the reader instead of the suite's (`name` None: no baseline)."""
+
+    name: str | None
+
+
+@dataclass(frozen=True)
+class RankOverrides:
+    """What a reader changes of how the suite says to rank it: `metric`, `baseline` and `alpha`
+    replace the suite's; `keep` filters the outcomes (the leaderboard's sidebar);
+    `current_only=False` ranks every stored trial (History); `all_points` ranks each sweep point
+    as a method; with `nightly` (and `current_only`), the last finished nightly run is ranked
+    when it is newer."""
+
+    metric: str | None = None
+    baseline: Baseline | None = None
+    alpha: float | None = None
+    all_points: bool = False
+    keep: Callable[[TrialOutcome], bool] | None = None
+    current_only: bool = True
+    nightly: bool = True
+
+    def spec(self, declared: RankSpec) -> RankSpec:
+        """The suite's `rank` section with the metric and alpha replaced."""
+        changed = {"metric": self.metric, "alpha": self.alpha}
+        return declared.model_copy(update={k: v for k, v in changed.items() if v is not None})
+
+
 @paused_gc()
 def rank_suite(
-    engine: Engine,
-    suite: RankPlan | str,
-    *,
-    metric: str | None = None,
-    baseline: str | None = UNSET,
-    alpha: float | None = None,
-    all_points: bool = False,
-    keep: Callable[[TrialOutcome], bool] | None = None,
-    current_only: bool = True,
-    nightly: bool = True,
-    examples: ExampleOutcomes | None = UNSET,
+    engine: Engine, suite: RankPlan | str, overrides: RankOverrides = RankOverrides()
 ) -> Ranking | None:
     """Rank a suite's current trials (a suite file's plan, `plan_of`, or a suite name: the plan
-    its latest run recorded). `metric`, `baseline`, `alpha` override the suite's; `keep` filters
-    the outcomes (the leaderboard's sidebar); `current_only=False` ranks every stored trial
-    (History); `all_points` ranks each sweep point as a method. With `nightly` (and
-    `current_only`), the last finished nightly run is ranked when it is newer. `examples`
-    (default: read from the store) gives example-level statistics to single-seed groups. None
-    when nothing is stored."""
+    its latest run recorded), the way its `rank` section says but for the `overrides`;
+    single-seed groups get example-level statistics where the store holds per-example
+    outcomes. None when nothing is stored."""
     plan = suite if isinstance(suite, RankPlan) else recorded(engine, suite)
-    if not current_only:
+    if not overrides.current_only:
         plan = replace(plan, keys=suite_keys(engine, plan.suite), warnings=())
-    latest = nightly and current_only
+    latest = overrides.nightly and overrides.current_only
+    keep = overrides.keep
     loaded = plan_outcomes(engine, plan, latest)
     outcomes = [o for o in loaded if keep is None or keep(o)]
     if not outcomes:
         return None
     gaps = list(plan.unstored) if plan.unstored is not None else []
-    if plan.unstored is None and current_only:
+    if plan.unstored is None and overrides.current_only:
         gaps = unstored_count_note(plan, len(loaded))
-    spec = plan.spec
-    chosen = plan.baseline if baseline is UNSET else baseline
-    if all_points:
+    chosen = plan.baseline if overrides.baseline is None else overrides.baseline.name
+    if overrides.all_points:
         outcomes = each_point(outcomes)
         chosen = chosen if any(o.method == chosen for o in outcomes) else None
-    if examples is UNSET:
-        examples = stored_examples(engine, [o.key for o in outcomes])
-    target = spec.target
-    ranking = rank(
-        outcomes,
-        metric or spec.metric,
-        chosen,
-        alpha=spec.alpha if alpha is None else alpha,
-        target=Target(target.metric, target.value) if target else None,
-        ci=spec.ci,
-        tuning=spec.tuning,
-        tune_metric=spec.tune_metric,
-        aggregate=spec.aggregate,
-        examples=examples,
-    )
-    found = [] if all_points else claim_findings(plan, outcomes, ranking.alpha)
+    examples = stored_examples(engine, [o.key for o in outcomes])
+    ranking = rank(outcomes, overrides.spec(plan.spec), chosen, examples=examples)
+    found = [] if overrides.all_points else claim_findings(plan, outcomes, ranking.alpha)
     warnings = [*gaps, *plan.warnings, *ranking.warnings]
     return replace(ranking, warnings=warnings, findings=found)
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.core import point_label
+from harness.core import Direction, point_label
 from harness.ranking.records import Ranking, RankRow
 from harness.ranking.sequential import SEQUENTIAL_HEADER, describe, verdict_note
 from harness.ranking.stats import CONFIDENCE_LEVEL
@@ -17,6 +17,7 @@ from harness.ranking.stats import CONFIDENCE_LEVEL
 if TYPE_CHECKING:
     from harness.ranking.findings import RecipeCheck
 
+MIN, MAX = Direction.MIN, Direction.MAX
 EMPTY = "\u2013"  # an en dash
 TIE_GROUP = "tie group"
 """The ranks the tests allow, e.g. "1-3" (`harness.ranking.ties`)."""
@@ -44,19 +45,55 @@ class Section:
 
 
 @dataclass(frozen=True)
+class Column:
+    """A column: `key` names it for code (the leaderboard finds columns by key, never by the
+    text shown), `label` is its heading, `better` which way its values are better (None: not
+    an ordered quantity)."""
+
+    key: str
+    label: str
+    better: Direction | None = None
+
+
+def plain_columns(labels: Sequence[str]) -> list[Column]:
+    """Columns keyed by their labels (the ad-hoc tables of docs/results/tables.py)."""
+    return [Column(label, label) for label in labels]
+
+
+@dataclass(frozen=True)
 class Table:
     title: str
-    header: list[str]
+    columns: list[Column]
     sections: list[Section]
     notes: list[str] = field(default_factory=list)
 
-    def column(self, name: str) -> list[Cell]:
-        """Every cell of a column, section after section."""
-        index = self.header.index(name)
+    @property
+    def header(self) -> list[str]:
+        """The columns' labels."""
+        return [column.label for column in self.columns]
+
+    @property
+    def keys(self) -> list[str]:
+        return [column.key for column in self.columns]
+
+    def index(self, key: str) -> int:
+        """The position of the column `key`."""
+        return self.keys.index(key)
+
+    def column(self, key: str) -> list[Cell]:
+        """Every cell of the column `key`, section after section."""
+        index = self.index(key)
         return [row[index] for section in self.sections for row in section.rows]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready: the title, the header's labels, the sections and the notes."""
+        sections = [asdict(section) for section in self.sections]
+        return {
+            "title": self.title,
+            "header": self.header,
+            "sections": sections,
+            "notes": self.notes,
+        }
 
 
 def number(x: float | None, spec: str = ".4g") -> Cell:
@@ -88,22 +125,28 @@ def title(ranking: Ranking) -> str:
     return f"{ranking.metric} ({'; '.join(parts)})"
 
 
-def group_header(ranking: Ranking) -> list[str]:
+def group_header(ranking: Ranking) -> list[Column]:
+    """The columns of `group_table`, in the order of `row_cells`."""
+    direction = ranking.direction
     header = [
-        "rank",
-        TIE_GROUP,
-        "method",
-        "mean",
-        ci_label(ranking),
-        "Δ vs baseline",
-        "p (Holm)",
-        "verdict",
-        "win rate",
-        "seeds failed",
-        "seeds needed",
+        Column("rank", "rank", MIN),
+        Column("tie_group", TIE_GROUP),
+        Column("method", "method"),
+        Column("mean", "mean", direction),
+        Column("ci", ci_label(ranking)),
+        Column("delta", "Δ vs baseline", direction),
+        Column("p_value", "p (Holm)"),
+        Column("verdict", "verdict"),
+        Column("win_rate", "win rate", MAX),
+        Column("n_failed", "seeds failed", MIN),
+        Column("seeds_needed", "seeds needed"),
     ]
     if ranking.target:
-        header += ["steps to target (median)", "time to target (s, median)", "reached"]
+        header += [
+            Column("steps_to_target", "steps to target (median)", MIN),
+            Column("time_to_target", "time to target (s, median)", MIN),
+            Column("n_reached", "reached", MAX),
+        ]
     return header
 
 
@@ -196,10 +239,21 @@ AGGREGATE_NAMES = {
 
 def overall_table(ranking: Ranking) -> Table:
     """The methods' standing over every group, sorted by `rank.aggregate`."""
-    header = ["position", TIE_GROUP, "method", "mean win rate", "mean rank", "mean / baseline"]
-    header += ["trials", "failed"]
+    header = [
+        Column("position", "position", MIN),
+        Column("tie_group", TIE_GROUP),
+        Column("method", "method"),
+        Column("mean_win_rate", "mean win rate", MAX),
+        Column("mean_rank", "mean rank", MIN),
+        Column("normalized", "mean / baseline", ranking.direction),
+        Column("n_trials", "trials"),
+        Column("n_failed", "failed", MIN),
+    ]
     if ranking.target:
-        header += ["profile score (steps)", "profile score (time)"]
+        header += [
+            Column("profile_steps", "profile score (steps)", MAX),
+            Column("profile_time", "profile score (time)", MAX),
+        ]
     rows = []
     for position, summary in enumerate(ranking.summary, start=1):
         cells = [
@@ -287,14 +341,14 @@ def findings_table(ranking: Ranking) -> Table | None:
         header.insert(header.index("verdict"), "seeds used")
         header[header.index("95% CI of Δ")] = "anytime interval of Δ"
         header[header.index("p (Holm)")] = "anytime p (Holm)"
-    return Table(title, header, [Section("", rows)])
+    return Table(title, plain_columns(header), [Section("", rows)])
 
 
 def tables(ranking: Ranking) -> list[Table]:
     return [group_table(ranking), overall_table(ranking)]
 
 
-def values(table: Table, columns: Sequence[str]) -> list[list[Any]]:
-    """The values of `columns`, one list per row, section after section."""
-    indices = [table.header.index(c) for c in columns]
+def values(table: Table, keys: Sequence[str]) -> list[list[Any]]:
+    """The values of the columns `keys`, one list per row, section after section."""
+    indices = [table.index(key) for key in keys]
     return [[row[i].value for i in indices] for s in table.sections for row in s.rows]

@@ -6,6 +6,7 @@ import copy
 import itertools
 from typing import Any
 
+from harness.registry import OPTIMIZERS
 from harness.spec.schema import MatrixEntry, MethodSpec, Suite, TrialSettings
 
 METHOD_ONLY_FIELDS = {"extends", "description", "sweep"}
@@ -134,18 +135,12 @@ def resolve_compile(compile: bool | str, device: str, cuda: bool) -> bool:
     return runs_on_cuda(device, cuda)
 
 
-def resolve_ns_dtype(ns_dtype: str, device: str, cuda: bool) -> str:
-    """Muon's `ns_dtype: auto`: bfloat16 on a CUDA device, float32 on the CPU, where bfloat16
-    matmuls are ~20x slower; others are kept."""
-    if ns_dtype != "auto":
-        return ns_dtype
-    return "bfloat16" if runs_on_cuda(device, cuda) else "float32"
-
-
 def resolved_optimizer(optimizer: dict[str, Any], device: str, cuda: bool) -> dict[str, Any]:
-    """A trial's optimizer section with Muon's `ns_dtype: auto` resolved for the trial's device,
-    so that the value that runs is the value in the trial config (and its key)."""
-    if optimizer.get("name") != "muon":
+    """A trial's optimizer section with its per-device `auto` values resolved for the trial's
+    device by its entry's `on_device` hook (e.g. Muon's `ns_dtype`), so that the value that
+    runs is the value in the trial config (and its key)."""
+    name = optimizer.get("name")
+    if name not in OPTIMIZERS.names():
         return optimizer
-    ns_dtype = resolve_ns_dtype(optimizer.get("ns_dtype", "auto"), device, cuda)
-    return optimizer | {"ns_dtype": ns_dtype}
+    hook = OPTIMIZERS.entry(name).on_device
+    return optimizer if hook is None else hook(optimizer, runs_on_cuda(device, cuda))

@@ -172,10 +172,25 @@ class MatrixEntry(StrictModel):
 
 
 class TargetSpec(StrictModel):
-    """A value of `metric` to reach: one for every task, or a map task -> value (AlgoPerf)."""
+    """A value of `metric` to reach: one for every task, or a map task -> value (AlgoPerf sets
+    one target per workload)."""
+
+    model_config = ConfigDict(frozen=True)
 
     metric: str
     value: float | dict[str, float]
+
+    def value_for(self, task: str) -> float | None:
+        """The target of `task`; None when a per-task target names no value for it."""
+        if isinstance(self.value, dict):
+            return self.value.get(task)
+        return self.value
+
+    def describe(self) -> str:
+        if isinstance(self.value, dict):
+            values = ", ".join(f"{task} {value:g}" for task, value in self.value.items())
+            return f"{self.metric} = {values}"
+        return f"{self.metric} = {self.value:g}"
 
 
 Tuning = Literal["per_method", "per_seed"]

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from harness.core import Status
 from harness.env import git_commit
 from harness.records import PlannedTrial, TrialResult
+from harness.registry import undeclared_metrics
 from harness.spec.declaration import RankingDeclaration
 from harness.store.models import (
     ExampleOutcome,
@@ -302,6 +303,7 @@ class StoreLedger:
         and the next run on the suite logs it (`MLflowTracker.backfill`).
         """
         trial_id = retrying(lambda: self._store(trial, result), f"storing {trial.label}")
+        warn_undeclared(trial, result)
         if trial_id is None or self.on_finish is None:
             return
         try:
@@ -325,6 +327,20 @@ class StoreLedger:
             session.execute(update(Trial).where(Trial.id == trial_id).values(finished(result)))
             session.add_all(result_rows(trial_id, result))
         return trial_id
+
+
+def warn_undeclared(trial: PlannedTrial, result: TrialResult) -> None:
+    """A warning for each stored metric that the trial's task entry does not declare."""
+    task_type = trial.config.get("task", {}).get("type", "")
+    undeclared = undeclared_metrics(task_type, result.final)
+    if undeclared:
+        log.warning(
+            "%s stored metrics that task type '%s' does not declare: %s (declare them with "
+            "`metrics=` on its catalog entry)",
+            trial.label,
+            task_type,
+            ", ".join(undeclared),
+        )
 
 
 def finished(result: TrialResult) -> dict[str, Any]:

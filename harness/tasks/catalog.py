@@ -185,12 +185,23 @@ def perplexity_fingerprint(spec: PerplexityTaskSpec) -> str:
     return hashlib.sha256((load_corpus(spec.corpus).fingerprint() + OUTPUTS).encode()).hexdigest()
 
 
-TASKS.declare("lm", "harness.tasks.lm:LMTask", params=LMTaskSpec, fingerprint=corpus_fingerprint)
+# the metrics each task emits (names in harness.registry.METRICS, which holds their direction)
+SPLIT_LOSSES = ("loss", "ppl", "bits_per_byte")
+LM_EVAL_METRICS = ("acc", "acc_norm", "word_perplexity", "byte_perplexity", "bits_per_byte")
+
+TASKS.declare(
+    "lm",
+    "harness.tasks.lm:LMTask",
+    params=LMTaskSpec,
+    fingerprint=corpus_fingerprint,
+    metrics=("val_loss", "val_ppl", "bits_per_byte", "test_loss", "test_ppl", "test_bits_per_byte"),
+)
 TASKS.declare(
     "synthetic",
     "harness.tasks.synthetic:SyntheticTask",
     params=SyntheticTaskSpec,
     fingerprint=synthetic_fingerprint,
+    metrics=("val_loss", "id_loss", "id_acc", "ood_loss", "ood_acc", "test_loss", "test_acc"),
 )
 TASKS.declare(
     "lm-eval",
@@ -198,6 +209,7 @@ TASKS.declare(
     kind=EvalTaskEntry,
     params=LMEvalTaskSpec,
     fingerprint=lm_eval_fingerprint,
+    metrics=(*LM_EVAL_METRICS, *(f"val_{name}" for name in LM_EVAL_METRICS)),
     missing=lm_eval_missing,
 )
 TASKS.declare(
@@ -206,6 +218,10 @@ TASKS.declare(
     kind=EvalTaskEntry,
     params=PerplexityTaskSpec,
     fingerprint=perplexity_fingerprint,
+    metrics=(
+        "bits_per_byte",
+        *(f"{split}_{name}" for split in ("val", "test") for name in SPLIT_LOSSES),
+    ),
 )
 SYNTHETIC_KINDS.declare(
     "modular-addition", "harness.tasks.synthetic:ModularAddition", params=ModularAdditionParams

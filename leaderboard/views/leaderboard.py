@@ -7,8 +7,8 @@ from typing import Any
 import streamlit as st
 
 from harness.core import Status
-from harness.ranking import Ranking, overall_table
-from harness.ranking.table import TIE_GROUP, ci_label, title
+from harness.ranking import Ranking, group_table, overall_table
+from harness.ranking.table import Table, title
 from leaderboard.export import csv_bytes, parquet_bytes, selection_frame
 from leaderboard.state import Context, board, current, selected_trials
 from leaderboard.tables import (
@@ -20,35 +20,33 @@ from leaderboard.tables import (
 )
 from leaderboard.text import plain
 
-COLUMN = st.column_config.Column
-SUMMARY_FORMATS = {"mean win rate": ".3f", "mean rank": ".2f", "mean / baseline": ".4g"}
+# the display of each column, by its key (harness.ranking.table.Column): a format spec, a help
+SUMMARY_FORMATS = {"mean_win_rate": ".3f", "mean_rank": ".2f", "normalized": ".4g"}
 SUMMARY_HELP = {
-    TIE_GROUP: COLUMN(
-        help="the overall ranks the tests allow: separated only where every group "
-        "separates the pair (README: tie groups)"
-    ),
+    "tie_group": "the overall ranks the tests allow: separated only where every group "
+    "separates the pair (README: tie groups)",
+}
+ROW_FORMATS = {"mean": ".4g", "ci": ".2g", "delta": "+.3g", "p_value": ".3g", "win_rate": ".3f"}
+ROW_HELP = {
+    "tie_group": "ranks the Holm-adjusted pairwise tests allow, e.g. 1-3 (README: tie groups)",
+    "mean": "empty when a seed failed: it has no finite value",
+    "ci": "half-width of the 95% CI of the mean",
+    "p_value": "paired test vs the baseline, Holm-corrected",
+    "win_rate": "HELM win rate: ties (p >= alpha) count half",
+    "n_failed": "diverged, failed or timed-out seeds, or done without the metric",
+    "seeds_needed": "seeds a paired t-test needs to detect this Δ (80% power)",
 }
 
 
-def row_formats(ranking: Ranking) -> dict[str, str]:
-    return {
-        "mean": ".4g",
-        ci_label(ranking): ".2g",
-        "Δ vs baseline": "+.3g",
-        "p (Holm)": ".3g",
-        "win rate": ".3f",
-    }
+def by_label(table: Table, by_key: dict[str, str]) -> dict[str, str]:
+    """`by_key` (column key -> value) keyed by the columns' labels, as the frames name them."""
+    return {column.label: by_key[column.key] for column in table.columns if column.key in by_key}
 
 
-def row_help(ranking: Ranking) -> dict[str, Any]:
+def column_help(table: Table, helps: dict[str, str]) -> dict[str, Any]:
+    """Streamlit's column configuration: each column's help, chosen by its key."""
     return {
-        TIE_GROUP: COLUMN(help="ranks the Holm-adjusted pairwise tests allow, e.g. 1-3"),
-        "mean": COLUMN(help="empty when a seed failed: it has no finite value"),
-        ci_label(ranking): COLUMN(help="half-width of the 95% CI of the mean"),
-        "p (Holm)": COLUMN(help="paired test vs the baseline, Holm-corrected"),
-        "win rate": COLUMN(help="HELM win rate: ties (p >= alpha) count half"),
-        "seeds failed": COLUMN(help="failed, diverged or timed-out seeds: worse than any value"),
-        "seeds needed": COLUMN(help="seeds a paired t-test needs to detect this Δ (80% power)"),
+        label: st.column_config.Column(help=text) for label, text in by_label(table, helps).items()
     }
 
 
@@ -65,13 +63,21 @@ def render(context: Context) -> None:
         st.warning(plain(warning))  # it names methods: literal text, not Markdown
     if all_failed(ranking):
         st.warning(failure_message(ranking))
-    st.subheader(overall_table(ranking).title)
+    overall = overall_table(ranking)
+    st.subheader(overall.title)
     summary = summary_frame(ranking, ranked.families)
-    st.dataframe(dashed(summary, SUMMARY_FORMATS), hide_index=True, column_config=SUMMARY_HELP)
-    st.subheader("By task and model")
-    table = rows_frame(ranking, ranked.families)
     st.dataframe(
-        dashed(table, row_formats(ranking)), hide_index=True, column_config=row_help(ranking)
+        dashed(summary, by_label(overall, SUMMARY_FORMATS)),
+        hide_index=True,
+        column_config=column_help(overall, SUMMARY_HELP),
+    )
+    st.subheader("By task and model")
+    group = group_table(ranking)
+    rows = rows_frame(ranking, ranked.families)
+    st.dataframe(
+        dashed(rows, by_label(group, ROW_FORMATS)),
+        hide_index=True,
+        column_config=column_help(group, ROW_HELP),
     )
     downloads(context)
 
