@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from harness.env import git_commit, package_versions
 from harness.ranking import Ranking
 from harness.ranking.render import all_tables
-from harness.ranking.suite import RankPlan, rank_suite
+from harness.ranking.suite import RankOverrides, RankPlan, rank_suite
 from harness.ranking.table import Table
 from harness.spec.schema import Suite
 from harness.store.db import redact
@@ -59,7 +59,7 @@ def write_html(
 ) -> Path:
     """Write the report of `plan` (the suite's trials to rank) to `path`, ranked by `metric`
     (default: the suite's); `command` is the command line that asked for it."""
-    ranking = rank_suite(engine, plan, metric=metric)
+    ranking = rank_suite(engine, plan, RankOverrides(metric=metric))
     if ranking is None:
         raise ReportError(
             f"no stored results for suite '{suite.suite}': run it with `layerbench run`"
