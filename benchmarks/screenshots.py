@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def merge(sources: list[Path], url: str) -> Engine:
     source's integer ids shifted past the rows already merged (foreign keys with them)."""
     target = open_database(url)
     for path in sources:
-        source = make_engine(f"sqlite:///{path}")
+        source = make_engine(f"sqlite:///{path}", read_only=True)
         with Session(target) as session, session.begin():
             offsets = {
                 table.name: session.scalar(select(func.coalesce(func.max(table.c.id), 0))) or 0
@@ -94,7 +95,8 @@ def main() -> None:
     sources = [*sorted(DATA.glob("findings-*.db")), DATA / "optimizers.db"]
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite:///{folder}/screenshots.db"
-        key = trial_key(merge(sources, url))
+        copies = [Path(shutil.copy(path, folder)) for path in sources]  # the committed files,
+        key = trial_key(merge(copies, url))  # and their -wal/-shm, stay as they are
         with serve(url, Path(folder) / "server.log") as address, sync_playwright() as playwright:
             browser = launch(playwright)
             page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
