@@ -12,7 +12,8 @@ fork server (`harness.runner.warm`), as the local runner starts each trial, plus
 Medians of `repeats` processes.
 
 Model build: `gpt` with 12 layers, width 64 (model, optimizer and schedule, as `build` makes
-them) in a warm process, median of `repeats`.
+them) in a warm process, median of `repeats` (at least 5), wall and CPU time (the CPU time is
+what a loaded machine inflates least).
 
 Marginal trial: `layerbench run` (1 worker, no MLflow) of a suite of 1-step trials with the
 smaller and then the larger number of seeds in `--marginal`, alternating, `repeats` times; the
@@ -141,12 +142,13 @@ def build_child(conn: Any, config: dict[str, Any], repeats: int) -> None:
 
     torch.set_num_threads(1)
     settings = t.prepare(config)
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         t.build(config, settings)
         times.append(time.perf_counter() - started)
-    conn.send(times)
+        cpu.append(time.process_time() - cpu_started)
+    conn.send((times, cpu))
 
 
 def in_warm_process(target: Any, *args: Any) -> Any:
@@ -173,7 +175,12 @@ def start_warm_server(config: dict[str, Any]) -> float:
     trial = PlannedTrial("bench", "bench", "m", "gpt", "t", 0, {}, config)
     started = time.perf_counter()
     start_server([trial])
+    in_warm_process(ready)  # the server answers once its preload (and warm-up) is done
     return time.perf_counter() - started
+
+
+def ready(conn: Any) -> None:
+    conn.send(True)
 
 
 def suite_wall_s(workers: int, n_trials: int, folder: Path) -> float:
@@ -241,8 +248,9 @@ def main(repeats: int, n_trials: int, marginal: tuple[int, int], scaling: bool) 
         print(median_line(name, list(values)))
     print(median_line("total to first step", [sum(run[:4]) for run in warm]))
     model = {"type": "gpt", "n_layers": 12, "d_model": 64, "n_heads": 4}
-    builds = in_warm_process(build_child, trial_config(model), repeats)
+    builds, cpu = in_warm_process(build_child, trial_config(model), max(repeats, 5))
     print(median_line("build gpt 12 x 64", builds))
+    print(median_line("  its CPU time", cpu))
     with tempfile.TemporaryDirectory() as folder:
         small, large = marginal
         walls: dict[int, list[float]] = {small: [], large: []}

@@ -26,10 +26,10 @@ def test_auto_compiles_on_cuda_only() -> None:
     assert resolve_compile(False, "cuda", cuda=True) is False
 
 
-def test_the_trial_key_holds_the_resolved_setting(tmp_path: Path) -> None:
+def test_the_trial_key_holds_compile_only_when_the_trial_compiles(tmp_path: Path) -> None:
     eager = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))
     compiled = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {train: {compile: true}}")))
-    assert {t.config["train"]["compile"] for t in eager} == {False}  # auto, on the CPU
+    assert not any("compile" in t.config["train"] for t in eager)  # auto, on the CPU
     assert {t.config["train"]["compile"] for t in compiled} == {True}
     assert not {t.key for t in eager} & {t.key for t in compiled}
 

@@ -30,6 +30,13 @@ def test_auto_resolves_per_device(precision: str, device: str, cuda: bool, resol
 
 
 METHODS = "pre-ln: {}\nfp32: {precision: fp32}\nbf16: {precision: bf16}"
+# The same methods eager everywhere, so their keys differ by precision alone (`train.compile: auto`
+# compiles on CUDA).
+EAGER_METHODS = """
+pre-ln: {train: {compile: false}}
+fp32: {precision: fp32, train: {compile: false}}
+bf16: {precision: bf16, train: {compile: false}}
+"""
 
 
 def keys(suite_path: Path) -> dict[str, tuple[str, str]]:
@@ -40,7 +47,7 @@ def keys(suite_path: Path) -> dict[str, tuple[str, str]]:
 def test_the_resolved_precision_goes_into_the_key(
     write_suite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    suite = write_suite(tmp_path, METHODS)
+    suite = write_suite(tmp_path, EAGER_METHODS)
     monkeypatch.setattr(plan, "cuda_available", lambda: False)
     cpu = keys(suite)
     assert cpu["pre-ln"][0] == "fp32" and cpu["bf16"][0] == "bf16"

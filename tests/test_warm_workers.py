@@ -60,6 +60,7 @@ def stored(result: TrialResult) -> tuple[object, ...]:
     )
 
 
+@pytest.mark.slow
 def test_a_warm_worker_stores_the_same_losses_as_a_cold_process(
     tmp_path: Path, fresh_server: None
 ) -> None:

@@ -81,6 +81,15 @@ CONFIG_PATHS = {
 """Where a family's name lies in a trial's config, where it is not the family's key."""
 
 
+def resolved_train(train: dict[str, Any], device: str, cuda: bool) -> dict[str, Any]:
+    """A trial's train section with `compile` resolved for its device: `true` when the trial
+    compiles, left out when it runs eager, so an eager trial keeps the key it had before
+    `train.compile` existed (and a trial config without it runs eager)."""
+    compiled = resolve_compile(train.get("compile", False), device, cuda)
+    rest = {name: value for name, value in train.items() if name != "compile"}
+    return {**rest, "compile": True} if compiled else rest
+
+
 def used_entries(config: dict[str, Any]) -> dict[str, Entry[Any]]:
     """The registry entries a trial with this resolved config uses, by "FAMILY:NAME" (FAMILY
     as in `FAMILIES`, e.g. `optimizer.name:lamb`)."""
@@ -126,8 +135,8 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
                 resolved_settings["optimizer"] = resolved_optimizer(
                     resolved_settings["optimizer"], settings.device, cuda
                 )
-                resolved_settings["train"]["compile"] = resolve_compile(
-                    settings.train.compile, settings.device, cuda
+                resolved_settings["train"] = resolved_train(
+                    resolved_settings["train"], settings.device, cuda
                 )
                 config = {
                     **resolved_settings,

@@ -143,7 +143,7 @@ def prepare(config: dict[str, Any]) -> TrialSettings:
     )
     cuda = torch.cuda.is_available()
     precision = resolve_precision(settings.precision, settings.device, cuda)
-    compiled = resolve_compile(settings.train.compile, settings.device, cuda)
+    compiled = resolve_compile(config["train"].get("compile", False), settings.device, cuda)
     train = settings.train.model_copy(update={"compile": compiled})
     return settings.model_copy(update={"precision": precision, "train": train})
 

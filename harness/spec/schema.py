@@ -97,7 +97,8 @@ class TrainSpec(StrictModel):
     diagnostics: bool = True  # layerwise statistics at every evaluation (SPEC 5.7)
     compile: bool | Literal["auto"] = "auto"
     """`torch.compile` (inductor) the training step's forward and backward; evaluation stays
-    eager. `auto`: on for CUDA, off on the CPU (the trial's config holds the resolved value)."""
+    eager. `auto`: on for CUDA, off on the CPU. The planned trial's config holds `true` when it
+    compiles and nothing when it runs eager (so eager trials keep their keys)."""
 
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
