@@ -192,6 +192,9 @@ ModelBuilder = Callable[[Any, "NormSpec", int], "nn.Module"]
 PretrainedLoader = Callable[[Any], "LoadedModel"]
 """The model section -> a pretrained model and its tokenizer."""
 Fingerprint = Callable[[Any], str]
+TrivialLevels = Callable[[Any], dict[str, float]]
+"""The task section -> the value of each metric a trivial predictor scores (torch-free; see
+harness/tasks/trivial.py)."""
 """The task section -> a hash of the data it reads (cheap: no tokenizing, no torch)."""
 
 
@@ -267,10 +270,12 @@ ModelEntry = TrainableModelEntry | PretrainedModelEntry
 @dataclass(frozen=True, kw_only=True)
 class TrainTaskEntry(Entry[type["Task"]]):
     """A task that trains a model: batches, loss, evaluation. `metrics`: the final metrics it
-    emits (names in `METRICS`, which gives their direction)."""
+    emits (names in `METRICS`, which gives their direction); `trivial` gives the level of its
+    trivial predictor (None: the trials report it, or the task has none)."""
 
     fingerprint: Fingerprint
     metrics: tuple[str, ...] = ()
+    trivial: TrivialLevels | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,7 +292,10 @@ TaskEntry = TrainTaskEntry | EvalTaskEntry
 
 @dataclass(frozen=True, kw_only=True)
 class SyntheticKindEntry(Entry[type["SyntheticKind"]]):
-    pass
+    """`classes` gives the number of answer classes of the kind's parameters: its chance level
+    is a uniform guess among them (None: no chance level declared)."""
+
+    classes: Callable[[Any], int] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,7 @@ from harness.spec.declaration import RankingDeclaration
 from harness.store.db import DatabaseError, database_url, make_engine
 from harness.store.models import Alert, LayerStatistic, MetricPoint, Result, SuiteRun, Trial
 from harness.store.queries import CHUNK, stored_outcomes
+from harness.tasks.trivial import TRIVIAL_SUFFIX
 from harness.utils import chunks
 
 
@@ -146,7 +147,8 @@ def method_configs(engine: Engine, suite: str) -> dict[str, dict[str, Any]]:
 
 
 def metric_names(engine: Engine, suite: str) -> list[str]:
-    """Names of the final metrics stored for the suite."""
+    """Names of the final metrics stored for the suite (not the trivial predictor's levels a
+    trial reports beside them)."""
     query = (
         select(Result.name)
         .join(Trial, Trial.id == Result.trial_id)
@@ -155,7 +157,7 @@ def metric_names(engine: Engine, suite: str) -> list[str]:
         .order_by(Result.name)
     )
     with Session(engine) as session:
-        return list(session.scalars(query))
+        return [name for name in session.scalars(query) if not name.endswith(TRIVIAL_SUFFIX)]
 
 
 def trials(engine: Engine, suite: str) -> pd.DataFrame:

@@ -74,12 +74,13 @@ def claim_text(finding: Finding, check: RecipeCheck | None, several_tasks: bool)
 
 
 def verdict_label(finding: Finding, check: RecipeCheck | None, several_tasks: bool) -> str:
-    """The recipe's verdict; "flipped" where it differs from the claim's first recipe."""
+    """The recipe's verdict, led by the claim's (flipped, recipe-dependent) on a recipe whose
+    verdict differs from the first tested recipe's (`Finding.differs_on`)."""
     if check is None:
         return NOT_TESTED
-    if recipe(check, several_tasks) in finding.flipped_by:
-        return f"{FLIPPED}: {check.verdict}"
-    return check.verdict
+    if recipe(check, several_tasks) in finding.differs_on:
+        return f"{finding.verdict}: {check.verdict_text}"  # flipped / recipe-dependent
+    return check.verdict_text
 
 
 def difference(check: RecipeCheck | None) -> str:
@@ -187,6 +188,10 @@ def details_frame(by_suite: Iterable[tuple[str, list[Finding]]]) -> pd.DataFrame
                         "claim": claim_text(finding, check, several),
                         "recipe": recipe(check, several),
                         "p (Holm)": check.p_value,
+                        "median Δ": check.median_delta,
+                        "sign test p": check.sign_p,
+                        "notes": "; ".join(filter(None, [check.annotation, check.needed_note]))
+                        or None,
                         "decided by": check.decided_by,
                         "failed seeds (method, than)": f"{check.failed[0]}, {check.failed[1]}",
                         "seeds needed": check.seeds_needed,

@@ -18,10 +18,11 @@ from leaderboard.data import RunInfo
 if TYPE_CHECKING:
     from pandas.io.formats.style import Styler
 
-MARKS = {"better": "▲ better", "worse": "▼ worse", "tie": "= tie", "baseline": "baseline"}
-STATUS_COLUMNS = ["family", "diverged", "failed", "n"]
-"""Each row's family, its seeds that diverged, its seeds without a value (diverged, failed, timed
-out or done without the metric: the ranking's `n_failed`, "seeds failed"), and its seeds."""
+MARKS = {"better": "▲ better", "worse": "▼ worse", "n.s.": "n.s.", "baseline": "baseline"}
+STATUS_COLUMNS = ["family", "diverged", "failed", "excluded", "n"]
+"""Each row's family, its seeds that diverged, its seeds that lose without a value (diverged or
+done without the metric: the ranking's `n_failed`, "seeds failed"), its seeds left out as
+infrastructure failures (crashed or timed out: `n_excluded`, never a loss), and its ranked seeds."""
 
 
 def rows_frame(ranking: Ranking, families: Mapping[str, tuple[str, ...]]) -> pd.DataFrame:
@@ -36,7 +37,9 @@ def rows_frame(ranking: Ranking, families: Mapping[str, tuple[str, ...]]) -> pd.
         values[verdict] = MARKS.get(values[verdict] or "", "")
         diverged = sum(trial["status"] == Status.DIVERGED for trial in row.trials)
         family = family_label(families, row.method)
-        records.append([task, model, *values, family, diverged, row.n_failed, row.n])
+        records.append(
+            [task, model, *values, family, diverged, row.n_failed, row.n_excluded, row.n]
+        )
     return pd.DataFrame.from_records(
         records, columns=["task", "model", *table.header, *STATUS_COLUMNS]
     )

@@ -1,11 +1,12 @@
 """Findings: `expect` claims in a suite, and their verdicts (reproduced, contradicted,
-inconclusive, fragile) from constructed outcomes."""
+inconclusive, not tested, flipped, recipe-dependent) from constructed outcomes."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import parse_qsl
 
@@ -22,11 +23,11 @@ from benchmarks.browser import chromium_path
 from benchmarks.fake_results import fake_result, store
 from harness.cli import app
 from harness.core import TrialOutcome
-from harness.ranking.findings import Finding, findings
+from harness.ranking.findings import Finding, degenerate_pairs, findings
 from harness.runner.plan import plan_suite
 from harness.spec import SuiteError, load_suite
 from harness.spec.declaration import declared_ranking
-from harness.spec.schema import Claim
+from harness.spec.schema import Claim, SeedSchedule
 from harness.store.db import make_engine, upgrade
 from harness.store.models import SuiteRun
 from leaderboard.findings import RECIPE_TEXT
@@ -121,7 +122,7 @@ def test_shipped_findings_suites_are_valid() -> None:
     assert result.exit_code == 0, result.output
     for path in paths:
         suite = load_suite(path)
-        assert len(suite.seed_list) >= 5 and suite.expect, path  # a list, or a schedule's max
+        assert len(suite.seed_list) >= 3 and suite.expect, path  # a list, or a schedule's max
 
 
 def outcomes(
@@ -169,6 +170,119 @@ def test_a_noisy_difference_is_inconclusive_with_the_seeds_it_needs() -> None:
     (check,) = found.checks
     assert found.verdict == "inconclusive" and check.p_value > 0.05
     assert check.seeds_needed is not None and check.seeds_needed > 5
+    assert check.needed_note is None
+
+
+def test_no_seeds_needed_when_the_difference_points_the_other_way() -> None:
+    (found,) = verdicts(outcomes(NOISY), claim(direction="better"))  # NOISY's mean is > 0
+    (check,) = found.checks
+    assert found.verdict == "inconclusive" and check.delta > 0
+    assert check.seeds_needed is None
+    assert check.needed_note == "the observed difference points the other way"
+
+
+def test_the_holm_matched_interval_excludes_0_exactly_when_holm_p_is_below_alpha() -> None:
+    found = outcomes(NOISY) + outcomes([0.1, 0.05, 0.12, 0.02, 0.09], method="peri-ln")
+    noisy, clear = claim(direction="worse"), claim(method="peri-ln", direction="worse")
+    for finding in verdicts(found, noisy, clear):
+        (check,) = finding.checks
+        assert check.holm_ci is not None and check.holm_level is not None
+        low, high = check.holm_ci
+        assert check.holm_level == pytest.approx(1 - 0.05 * check.p_raw / check.p_value)
+        assert (low > 0 or high < 0) == (check.p_value < 0.05)
+        assert check.ci_level == 0.95 and check.ci_low >= low  # the unadjusted one: narrower
+
+
+def test_secondary_statistics_show_one_catastrophic_seed() -> None:
+    (found,) = verdicts(outcomes([5.0, -0.01, -0.02, -0.01, -0.03]), claim(direction="worse"))
+    (check,) = found.checks
+    assert check.delta == pytest.approx(0.986)
+    assert check.median_delta == pytest.approx(-0.01)
+    assert check.signs == (1, 4)
+    assert check.sign_p == pytest.approx(0.375)  # exact two-sided binomial, 1 of 5
+
+
+def degenerate_outcomes(pre: float, post: float) -> list[TrialOutcome]:
+    """pre-ln and post-ln at the given losses (+- a little noise), 5 seeds."""
+    noise = [0.001, -0.002, 0.0, 0.002, -0.001]
+    return [
+        TrialOutcome(method, "gpt", "lm", seed, "done", {"val_loss": base + e * sign})
+        for seed, e in enumerate(noise)
+        for method, base, sign in (("pre-ln", pre, 1), ("post-ln", post, -1))
+    ]
+
+
+TRIVIAL = {"lm": {"val_loss": 3.33}}
+
+
+def test_both_methods_at_the_trivial_predictor_is_not_tested() -> None:
+    found = degenerate_outcomes(3.35, 3.351)  # e.g. learning rate 1e-7: neither trains
+    worse, tie = findings(
+        found,
+        [claim(direction="worse"), claim(direction="tie", margin=0.05)],
+        baseline="pre-ln",
+        metric="val_loss",
+        trivial=TRIVIAL,
+    )
+    for finding in (worse, tie):
+        (check,) = finding.checks
+        assert finding.verdict == "not tested" and check.verdict == "not tested"
+        assert check.p_value is None and check.seeds_needed is None and check.holm_ci is None
+        assert check.at_trivial == (5, 5) and check.finished == (5, 5)
+        assert finding.verdict_text == (
+            "not tested (degenerate: both stay at the trivial predictor)"
+        )
+    assert degenerate_pairs([worse, tie]) == {("post-ln", "pre-ln", "gpt", "lm")}
+    # without a trivial level the same numbers are tested (and the difference is significant)
+    (untested,) = verdicts(found, claim(direction="worse"))
+    assert untested.verdict != "not tested"
+
+
+def test_under_sequential_seeds_a_degenerate_claim_is_not_tested_and_stays_closed() -> None:
+    found = degenerate_outcomes(3.35, 3.351) + outcomes(CLEAR, model="b", method="peri-ln")
+    schedule = SeedSchedule(initial=3, max=12, step=3)
+    degenerate, clear = findings(
+        found,
+        [claim(direction="worse"), claim(method="peri-ln", direction="worse")],
+        baseline="pre-ln",
+        metric="val_loss",
+        trivial=TRIVIAL,
+        schedule=schedule,
+    )
+    (check,) = degenerate.checks
+    assert degenerate.verdict == "not tested" and check.sequential is None
+    assert check.p_value is None and check.seeds_needed is None
+    assert degenerate_pairs([degenerate, clear]) == {("post-ln", "pre-ln", "gpt", "lm")}
+    assert clear.checks[0].decided_by == "sequential"
+
+
+def test_a_trials_own_trivial_level_counts() -> None:
+    found = [
+        replace(o, metrics=o.metrics | {"val_loss:trivial": 3.33})
+        for o in degenerate_outcomes(3.35, 3.351)
+    ]
+    (finding,) = verdicts(found, claim(direction="worse"))
+    assert finding.verdict == "not tested"
+
+
+def test_one_method_at_the_trivial_predictor_keeps_its_verdict_with_a_note() -> None:
+    found = degenerate_outcomes(2.0, 3.34)  # post-ln does not train, pre-ln does
+    (finding,) = findings(
+        found, [claim(direction="worse")], baseline="pre-ln", metric="val_loss", trivial=TRIVIAL
+    )
+    (check,) = finding.checks
+    assert finding.verdict == "reproduced" and check.at_trivial == (5, 0)
+    assert check.annotation == "post-ln stays at the trivial predictor on 5 of 5 seeds"
+
+
+def test_degenerate_checks_leave_the_holm_family() -> None:
+    found = degenerate_outcomes(3.35, 3.351) + outcomes(CLEAR, model="b", method="peri-ln")
+    degenerate, clear = claim(direction="worse"), claim(method="peri-ln", direction="worse")
+    alone = findings(found, [clear], baseline="pre-ln", metric="val_loss", trivial=TRIVIAL)
+    both = findings(
+        found, [degenerate, clear], baseline="pre-ln", metric="val_loss", trivial=TRIVIAL
+    )
+    assert both[1].checks[0].p_value == pytest.approx(alone[0].checks[0].p_value)
 
 
 def test_a_tie_needs_the_interval_inside_the_margin() -> None:
@@ -176,6 +290,7 @@ def test_a_tie_needs_the_interval_inside_the_margin() -> None:
     (tie,) = verdicts(outcomes(small), claim(direction="tie", margin=0.05))
     assert tie.verdict == "reproduced" and tie.checks[0].decided_by == "interval"
     assert tie.checks[0].ci_low >= -0.05 and tie.checks[0].ci_high <= 0.05
+    assert tie.checks[0].ci_level == pytest.approx(0.90)  # Schuirmann: TOST at 0.05 per side
     (apart,) = verdicts(outcomes(CLEAR), claim(direction="tie", margin=0.05))
     assert apart.verdict == "contradicted"
     (wide,) = verdicts(outcomes(NOISY), claim(direction="tie", margin=0.05))
@@ -183,21 +298,44 @@ def test_a_tie_needs_the_interval_inside_the_margin() -> None:
     assert wide.checks[0].p_value is None
 
 
-def test_more_failed_seeds_lose_without_a_test() -> None:
+def test_more_diverged_seeds_lose_without_a_test() -> None:
     (found,) = verdicts(outcomes([None, None, 0.0, 0.01, -0.01]), claim(direction="worse"))
     (check,) = found.checks
     assert found.verdict == "reproduced" and check.decided_by == "failures"
     assert check.failed == (2, 0) and check.n == 3
 
 
-def test_a_verdict_that_flips_between_recipes_is_fragile() -> None:
+@pytest.mark.parametrize("status", ["timeout", "failed"])
+def test_a_crash_or_timeout_is_excluded_never_a_loss(status: str) -> None:
+    found = [
+        replace(o, status=status, metrics={}) if o.method == "post-ln" and o.seed < 2 else o
+        for o in outcomes(CLEAR)
+    ]
+    (finding,) = verdicts(found, claim(direction="worse"))
+    (check,) = finding.checks
+    assert check.failed == (0, 0) and check.decided_by == "test"
+    assert check.n == 3 and check.excluded == 2
+    assert "2 seeds excluded (crashed or timed out)" in check.annotation
+    (reversed_claim,) = verdicts(found, claim(direction="better"))
+    assert reversed_claim.verdict == "contradicted"  # decided on the 3 finished seeds
+
+
+def test_significant_in_opposite_directions_between_recipes_is_flipped() -> None:
     found = outcomes(CLEAR, model="tied") + outcomes([-x for x in CLEAR], model="untied")
-    (fragile,) = verdicts(found, claim(direction="better", recipes=["untied", "tied"]))
-    assert [c.model for c in fragile.checks] == ["untied", "tied"]
-    assert [c.verdict for c in fragile.checks] == ["reproduced", "contradicted"]
-    assert fragile.verdict == "fragile" and fragile.flipped_by == ["tied"]
+    (flipped,) = verdicts(found, claim(direction="better", recipes=["untied", "tied"]))
+    assert [c.model for c in flipped.checks] == ["untied", "tied"]
+    assert [c.verdict for c in flipped.checks] == ["reproduced", "contradicted"]
+    assert flipped.verdict == "flipped" and flipped.differs_on == ["tied"]
+    assert flipped.verdict_text == "flipped (significant the other way on tied)"
     (steady,) = verdicts(found, claim(direction="better", recipes=["untied"]))
-    assert steady.verdict == "reproduced" and not steady.flipped_by
+    assert steady.verdict == "reproduced" and not steady.differs_on
+
+
+def test_decided_in_one_recipe_and_undecided_in_another_is_recipe_dependent() -> None:
+    found = outcomes(CLEAR, model="a") + outcomes(NOISY, model="b")
+    (found_claim,) = verdicts(found, claim(direction="worse", recipes=["a", "b"]))
+    assert [c.verdict for c in found_claim.checks] == ["reproduced", "inconclusive"]
+    assert found_claim.verdict == "recipe-dependent" and found_claim.differs_on == ["b"]
 
 
 def test_holm_adjusts_over_the_suites_directional_claims() -> None:
@@ -222,14 +360,17 @@ EXPECT = """expect:
 """
 
 
-def store_claims_suite(directory: Path) -> Path:
-    """A suite with two claims, and fake results: post-ln ends 0.1 above pre-ln on 5 seeds."""
-    suite = write_suite(directory, METHODS, extra=EXPECT)
+def store_claims_suite(
+    directory: Path, loss: dict[str, float] | None = None, expect: str = EXPECT
+) -> Path:
+    """A suite with claims, and fake results: by default post-ln ends 0.1 above pre-ln on 5
+    seeds."""
+    suite = write_suite(directory, METHODS, extra=expect)
     text = suite.read_text().replace("seeds: [0, 1]", "seeds: [0, 1, 2, 3, 4]")
     suite.write_text(text.replace("suite: tiny", "suite: claims"))
     database = make_engine(os.environ["LAYERBENCH_DB"])
     upgrade(database)
-    loss = {"pre-ln": 1.5, "post-ln": 1.6}
+    loss = loss or {"pre-ln": 1.5, "post-ln": 1.6}
     trials = plan_suite(load_suite(suite))
     rng = np.random.default_rng(0)
     store(database, [(t, fake_result("done", loss[t.method] + 0.01 * t.seed, rng)) for t in trials])
@@ -248,6 +389,40 @@ def test_rank_adds_a_findings_block(tmp_path: Path) -> None:
     assert table.exit_code == 0 and "Findings" in table.output and "contradicted" in table.output
     markdown = runner.invoke(app, ["rank", str(suite), "--format", "md"]).output
     assert "### Findings" in markdown and "| arXiv:2002.04745, Fig. 3 |" in markdown
+
+
+DEGENERATE_TEXT = "not tested (degenerate: both stay at the trivial predictor)"
+UNTRAINED = {"pre-ln": 3.40, "post-ln": 3.41}
+"""Both above the byte-level unigram loss of Shakespeare's train split (3.33 nats on val)."""
+
+
+def test_rank_says_not_tested_when_both_methods_stay_at_the_trivial_predictor(
+    tmp_path: Path,
+) -> None:
+    suite = store_claims_suite(tmp_path, UNTRAINED)
+    ranked = runner.invoke(app, ["rank", str(suite), "--format", "json"])
+    assert ranked.exit_code == 0, ranked.output
+    for finding in json.loads(ranked.stdout)["findings"]:
+        assert finding["verdict"] == "not tested" and finding["verdict_text"] == DEGENERATE_TEXT
+        (check,) = finding["checks"]
+        assert check["p_value"] is None and check["seeds_needed"] is None
+        assert check["trivial"] == pytest.approx(3.33, abs=0.01)
+        assert check["at_trivial"] == [5, 5]
+    table = runner.invoke(app, ["rank", str(suite)], env={"COLUMNS": "400"})
+    assert table.exit_code == 0 and DEGENERATE_TEXT in " ".join(table.output.split())
+    markdown = runner.invoke(app, ["rank", str(suite), "--format", "md"]).output
+    assert f"| {DEGENERATE_TEXT} |" in markdown and "reproduced" not in markdown
+
+
+def test_one_method_at_the_trivial_predictor_keeps_the_verdict_annotated(tmp_path: Path) -> None:
+    suite = store_claims_suite(tmp_path, {"pre-ln": 1.5, "post-ln": 3.41})
+    ranked = runner.invoke(app, ["rank", str(suite), "--format", "json"])
+    worse, better = json.loads(ranked.stdout)["findings"]
+    assert (worse["verdict"], better["verdict"]) == ("reproduced", "contradicted")
+    note = "post-ln stays at the trivial predictor on 5 of 5 seeds"
+    assert worse["checks"][0]["annotation"] == note
+    markdown = runner.invoke(app, ["rank", str(suite), "--format", "md"]).output
+    assert f"reproduced; {note}" in markdown
 
 
 def record_claims(suite: Path) -> None:
@@ -288,6 +463,18 @@ def test_the_findings_page_shows_each_claims_verdict_and_links_to_compare(tmp_pa
     assert not compare.exception, [e.message for e in compare.exception]
     (methods,) = (box for box in compare.multiselect if box.label == "Methods")
     assert methods.value == ["post-ln", "pre-ln"]
+
+
+def test_the_findings_page_says_not_tested_for_a_degenerate_claim(tmp_path: Path) -> None:
+    record_claims(store_claims_suite(tmp_path, UNTRAINED))
+    at = AppTest.from_file(str(ROOT / "leaderboard" / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page("views/findings.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    frame = at.dataframe[0].value
+    assert list(frame["verdict"]) == [DEGENERATE_TEXT, DEGENERATE_TEXT]
+    details = at.expander[0].dataframe[0].value  # the p-values are in the Details expander
+    assert all(pd.isna(p) or p == "\u2013" for p in details["p (Holm)"])
 
 
 def test_report_writes_markdown_and_non_trivial_figures(tmp_path: Path) -> None:

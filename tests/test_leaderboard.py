@@ -43,7 +43,7 @@ rms: {norm: {type: rmsnorm}}
 lr-sweep: {extends: pre-ln, sweep: {optimizer.lr: [1.0e-3, 2.0e-3]}}
 """
 LOSS = {"pre-ln": 1.5, "post-ln": 1.6, "rms": 1.4, "lr-sweep": 1.45}
-MARKS = {"better": "▲ better", "worse": "▼ worse", "tie": "= tie", "baseline": "baseline"}
+MARKS = {"better": "▲ better", "worse": "▼ worse", "n.s.": "n.s.", "baseline": "baseline"}
 
 
 def tiny_result(trial: PlannedTrial) -> TrialResult:
@@ -121,7 +121,9 @@ def test_ranked_table_equals_layerbench_rank_json(tiny_suite_db: Path) -> None:
     assert records(summary, overall["header"]) == cell_values(overall, with_keys=False)
     assert [r["method"] for r in expected["rows"]] == list(rows["method"])
     post_ln = rows[rows["method"] == "post-ln"].iloc[0]
+    # a diverged seed fails (loses); none is excluded (crashed or timed out)
     assert (post_ln["diverged"], post_ln["failed"], post_ln["seeds failed"]) == (1, 1, 1)
+    assert post_ln["excluded"] == 0
 
 
 def test_filters_change_the_table(tiny_suite_db: Path) -> None:
@@ -180,7 +182,12 @@ def test_a_suite_with_only_failed_trials_says_so_on_every_page(tmp_path: Path) -
         "No trial in this selection has a value of val_loss: 3 failed or timed out, 1 diverged"
     )
     rows = at.dataframe[1].value
-    assert all(optional(v) is None for v in rows["mean"]) and list(rows["seeds failed"]) == [2, 2]
+    assert all(optional(v) is None for v in rows["mean"])  # shown as an en dash
+    # b's diverged seed fails; the crashes and the timeout are excluded, never counted as losses
+    assert sorted(zip(rows["method"], rows["seeds failed"], rows["excluded"], strict=True)) == [
+        ("a", 0, 2),
+        ("b", 1, 1),
+    ]
     assert run_app("compare").info[-1].value.startswith("Pareto plots need")
     assert "RuntimeError: fake failed" in run_app("trial").code[0].value
     assert run_app("history").info[0].value.startswith("No nightly run of this suite")

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from harness.methods.layers import blocks, linears
 from harness.methods.quantization import (
+    block_bits,
     fake_quantize,
     first_block_calls,
     gptq_quantize,
@@ -27,7 +28,7 @@ from harness.models.gpt import GPTSpec, build_gpt
 from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
 from harness.spec import SuiteError, load_suite
 from harness.spec.schema import NormSpec, QuantizeSpec
-from tests.helpers import tiny_llama, write_suite
+from tests.helpers import ROOT, tiny_llama, write_suite
 
 VOCAB = 40
 # Per block: q, k, v, o are 32x32, up is d_ff x 32, down is 32 x d_ff.
@@ -406,3 +407,20 @@ def test_hqq_grid_bits_and_error_against_rtn(
     out = logits(model, calibration[0])
     if bits == 8:
         torch.testing.assert_close(out, reference, rtol=0, atol=0.02 * float(reference.abs().max()))
+
+
+def test_the_findings_position_baseline_keeps_the_first_blocks_at_the_same_bits(
+    calibration: list[Tensor],
+) -> None:
+    """suites/findings/layerwise-quant.yaml: lq-position spends LIM's bits on blocks 0 and 1."""
+    suite = load_suite(ROOT / "suites" / "findings" / "layerwise-quant.yaml")
+    specs = {
+        name: QuantizeSpec.model_validate(method.quantize.model_dump())
+        for name, method in suite.methods.items()
+        if method.quantize is not None and method.quantize.layerwise is not None
+    }
+    model = gpt(n_layers=8)
+    position = block_bits(model, specs["lq-position"], calibration)
+    assert position == [8, 8] + [3] * 6
+    for name in ("lq-cosine", "lq-outliers"):
+        assert sorted(block_bits(model, specs[name], calibration)) == sorted(position)

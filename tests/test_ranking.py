@@ -47,6 +47,7 @@ ROW_KEYS = [
     "win_rate",
     "rank",
     "failure",
+    "n_excluded",
     "decided_by",
     "seeds_needed",
     "sweep",
@@ -159,7 +160,7 @@ def test_verdicts_against_the_baseline() -> None:
     }
     ranking = rank([o for m, v in data.items() for o in outcomes(m, v)], "val_loss", "base")
     verdicts = {r.method: r.verdict for r in ranking.rows}
-    assert verdicts == {"base": "baseline", "good": "better", "bad": "worse", "same": "tie"}
+    assert verdicts == {"base": "baseline", "good": "better", "bad": "worse", "same": "n.s."}
     good = row_of(ranking, "good")
     assert good.delta == pytest.approx(np.mean(data["good"]) - np.mean(base))
     assert [r.method for r in ranking.rows] == ["good", "base", "same", "bad"]
@@ -212,12 +213,24 @@ def test_failed_seeds_are_counted_and_leave_no_borrowed_mean() -> None:
     runs.append(TrialOutcome("a", "gpt", "lm", 3, "timeout", {"val_loss": 0.1}))
     ranking = rank(runs, "val_loss", "b")
     a = row_of(ranking, "a")
-    assert (a.n, a.n_done, a.n_failed) == (4, 2, 2)
+    # the timeout is excluded (an infrastructure failure), not counted as a failed seed
+    assert (a.n, a.n_done, a.n_failed, a.n_excluded) == (3, 2, 1, 1)
     assert (a.mean, a.std, a.ci_low, a.delta, a.failure) == (None, None, None, None, "diverged")
-    # a failed where b finished: a loses although its finished seeds are better
+    # a diverged where b finished: a loses although its finished seeds are better
     assert (a.verdict, a.decided_by, a.p_value, a.win_rate) == ("worse", "failures", None, 0.0)
     md = format_ranking(ranking, "md")
     assert "| diverged |" in md and "None" not in md and "n/a" not in md
+    assert "1/3 (1 excluded: crashed or timed out)" in md
+
+
+@pytest.mark.parametrize("status", ["timeout", "failed"])
+def test_a_crash_or_timeout_is_never_a_loss(status: str) -> None:
+    runs = outcomes("a", [1.0, 1.1, 1.2, 1.05]) + outcomes("b", [3.0, 3.1, 3.2])
+    runs.append(TrialOutcome("b", "gpt", "lm", 3, status, {}))
+    b = row_of(rank(runs, "val_loss", "a"), "b")
+    assert (b.n, b.n_failed, b.n_excluded, b.failure) == (3, 0, 1, None)
+    assert b.mean == pytest.approx(3.1)
+    assert (b.verdict, b.decided_by) == ("worse", "test")  # on the 3 seeds both finished
 
 
 def test_a_failed_seed_is_worse_than_any_finite_value_everywhere() -> None:
@@ -306,12 +319,12 @@ def test_select_tuned_picks_one_point_per_method_or_the_best_per_seed() -> None:
     assert chosen[2].status == "failed"
     best_acc = select_tuned(runs[:2], "val_loss", Direction.MAX, "per_seed")
     assert [o.sweep["lr"] for o in best_acc] == [0.1]
-    # per method: lr 1.0 has a diverged seed; 0.01 (mean 1.45) beats 0.1 (mean 1.6), both with
-    # one failed seed; every seed then reports lr 0.01
+    # per method: lr 1.0 has a diverged seed; 0.01 (mean 1.45) beats 0.1 (mean 1.6), their
+    # crashed or timed-out seed not counted; every seed then reports lr 0.01
     per_method = select_tuned(runs, "val_loss", Direction.MIN)
     assert sorted((o.seed, o.sweep["lr"]) for o in per_method) == [(0, 0.01), (1, 0.01), (2, 0.01)]
     row = row_of(rank(runs, "val_loss", None), "sgd")
-    assert (row.n, row.sweep) == (3, {"lr": 0.01})
+    assert (row.n, row.n_excluded, row.sweep) == (2, 1, {"lr": 0.01})
     assert {t["sweep"]["lr"] for t in row.trials} == {0.01}
 
 
@@ -347,7 +360,7 @@ def test_seeds_needed_for_a_tie_matches_a_paired_t_power_computation() -> None:
     other = [1.05, 1.4, 1.35, 0.95]
     row = row_of(rank(outcomes("base", base) + outcomes("x", other), "val_loss", "base"), "x")
     diffs = np.subtract(other, base)
-    assert row.verdict == "tie" and row.seeds_needed is not None
+    assert row.verdict == "n.s." and row.seeds_needed is not None
     assert row.seeds_needed == seeds_needed(diffs.mean(), diffs.std(ddof=1), 0.05)[0]
     # cross-check with the noncentral t: power reaches 0.8 at n and not at n - 1
     effect = diffs.mean() / diffs.std(ddof=1)
@@ -370,7 +383,7 @@ def test_seeds_needed_are_at_holms_strictest_level_when_several_methods_face_the
     for name, values in {"x": x, "y": y}.items():
         row = row_of(ranking, name)
         diffs = np.subtract(values, base)
-        assert row.verdict == "tie"
+        assert row.verdict == "n.s."
         # two comparisons adjusted by Holm: the first must pass 0.05 / 2
         assert row.seeds_needed == seeds_needed(diffs.mean(), diffs.std(ddof=1), 0.025)[0]
         assert row.seeds_needed > seeds_needed(diffs.mean(), diffs.std(ddof=1), 0.05)[0]

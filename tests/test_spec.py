@@ -120,6 +120,25 @@ def test_sweep_expands_a_grid_with_distinct_keys(write_suite: Any, tmp_path: Pat
     assert len({t.key for t in trials}) == 6
 
 
+def test_a_method_sets_model_fields_in_its_own_trials_only(
+    write_suite: Any, tmp_path: Path
+) -> None:
+    methods = "pre-ln: {}\npre-ln-unscaled: {model: {init: unscaled, init_std: 0.05}}"
+    trials = plan_suite(load_suite(write_suite(tmp_path, methods)))
+    inits = {(t.method, t.config["model"]["init"], t.config["model"]["init_std"]) for t in trials}
+    assert inits == {("pre-ln", "gpt2", 0.02), ("pre-ln-unscaled", "unscaled", 0.05)}
+    alone = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))
+    assert {t.key for t in alone} <= {t.key for t in trials}  # others' keys do not move
+    assert all(t.config["model"]["n_layers"] == 2 for t in trials)
+
+
+def test_a_model_field_a_model_cannot_take_is_located(write_suite: Any, tmp_path: Path) -> None:
+    path = write_suite(tmp_path, "pre-ln: {}\nodd: {model: {init: odd}}")
+    (problem,) = problems_of(path)
+    assert f":{line_of(path, 'odd:')}: methods.odd.model:" in problem
+    assert "model.init:" in problem and "(in model 'gpt-2l')" in problem
+
+
 def test_trial_key_is_stable_and_changes_with_config(write_suite: Any, tmp_path: Path) -> None:
     first = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))
     again = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))

@@ -24,8 +24,9 @@ from harness.tasks.corpora import (
     Corpus,
     DataMissingError,
     load_corpus,
+    split_documents,
 )
-from harness.tasks.lm import LMTask, LMTaskSpec, eval_windows, split_documents
+from harness.tasks.lm import LMTask, LMTaskSpec, eval_windows
 from harness.tasks.synthetic import (
     IGNORE,
     ModularAddition,
@@ -378,3 +379,60 @@ def test_synthetic_loss_counts_answers_only() -> None:
     logits = model(input_ids=batch[0]).logits[:, -1]
     expected = nn.functional.cross_entropy(logits, batch[1][:, -1])
     assert task.loss(model, batch).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+# --- trivial predictors -----------------------------------------------------------------------
+
+
+class Unigram(nn.Module):
+    """Predicts the same distribution at every position: log-probabilities `log_p`."""
+
+    def __init__(self, log_p: Tensor) -> None:
+        super().__init__()
+        self.log_p = nn.Parameter(log_p, requires_grad=False)
+
+    def forward(self, input_ids: Tensor) -> SimpleNamespace:
+        return SimpleNamespace(logits=self.log_p.expand(*input_ids.shape, -1))
+
+
+def test_the_lm_trivial_level_is_what_a_unigram_model_scores(byte_task: LMTask) -> None:
+    levels = TASKS.entry("lm").trivial(LMTaskSpec(seq_len=32))
+    counts = torch.bincount(byte_task.tokens["train"], minlength=256).double() + 1.0
+    model = Unigram((counts / counts.sum()).log().float())
+    metrics = byte_task.evaluate(model, batch_size=8, n_batches=8, final=True)
+    # the levels cover whole splits; the evaluation samples windows of them
+    assert metrics["val_loss"] == pytest.approx(levels["val_loss"], rel=0.01)
+    assert metrics["test_loss"] == pytest.approx(levels["test_loss"], rel=0.01)
+    assert levels["bits_per_byte"] == pytest.approx(levels["val_loss"] / math.log(2))
+    train = byte_task.tokens["train"].numpy()
+    assert levels["train_loss"] == pytest.approx(
+        -np.mean(np.log((np.bincount(train, minlength=256) + 1.0) / (len(train) + 256))[train])
+    )
+
+
+def test_the_lm_trivial_level_is_cached_by_data_fingerprint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from harness.tasks import trivial
+
+    first = trivial.lm_trivial(LMTaskSpec(seq_len=16))
+    assert list((trivial.cache_dir() / "trivial").glob("*.json"))
+
+    def recompute(spec: LMTaskSpec) -> dict[str, float]:
+        raise AssertionError("computed again")
+
+    monkeypatch.setattr(trivial, "_lm_levels", recompute)
+    assert trivial.lm_trivial(LMTaskSpec(seq_len=16)) == first
+    with pytest.raises(AssertionError, match="computed again"):
+        trivial.lm_trivial(LMTaskSpec(seq_len=16, split_seed=1))  # other splits: other data
+
+
+@pytest.mark.parametrize(("kind", "classes"), [("modular-addition", 97), ("poly-regression", 64)])
+def test_the_synthetic_trivial_level_is_chance(kind: str, classes: int) -> None:
+    levels = TASKS.entry("synthetic").trivial(SyntheticTaskSpec(kind=kind))
+    assert levels["val_loss"] == levels["ood_loss"] == pytest.approx(math.log(classes))
+    assert levels["id_acc"] == levels["test_acc"] == pytest.approx(1 / classes)
+    uniform = Unigram(torch.zeros(SyntheticTask(SyntheticTaskSpec(kind=kind)).vocab_size))
+    task = SyntheticTask(SyntheticTaskSpec(kind=kind, n_eval=64))
+    # a uniform guess over the whole vocabulary is worse than chance among the answers
+    assert task.evaluate(uniform, 16, 4, final=False)["val_loss"] >= levels["val_loss"]

@@ -37,8 +37,10 @@ class Status(StrEnum):
     @property
     def loses(self) -> bool:
         """A seed of this status, having no value, loses a comparison to any finite value (a done
-        trial without the ranked metric loses too: see `harness.ranking.outcomes`)."""
-        return self in (Status.DIVERGED, Status.FAILED, Status.TIMEOUT)
+        trial without the ranked metric loses too: see `harness.ranking.outcomes`). A crash or a
+        timeout is an infrastructure failure, never a loss: `--retry-failed` reruns it, and until
+        then a comparison uses the seeds both methods finished and counts the excluded ones."""
+        return self is Status.DIVERGED
 
     @property
     def mlflow(self) -> str:

@@ -20,7 +20,7 @@ the level before it; after a confirmed change the window restarts at the first f
 new level is the baseline, as asv's step detection segments a history). A seed whose tuned trial
 was done in the previous run and is diverged, failed or timed out now is a `status` alert,
 always counted as a regression. A suite's `expect` claim whose verdict (reproduced, contradicted,
-inconclusive, fragile: `harness.ranking.findings`) differs from the previous run's is a `verdict`
+inconclusive, flipped...: `harness.ranking.findings`) differs from the previous run's is a `verdict`
 alert, reported and not counted as a regression.
 """
 

@@ -7,32 +7,53 @@ ran), on every task where both ran, with the trials the ranking reports (sweep p
 
 Per recipe, over the seeds both methods finished (`harness.ranking.stats`):
 
-- the observed difference method - than, its 95% Student-t interval (of the paired differences),
-  and the two-sided paired t-test; the p-values of every directional test of the suite are
-  Holm-adjusted together (Holm, 1979);
-- `better` / `worse`: **reproduced** when the adjusted p < alpha and the difference goes the
-  expected way, **contradicted** when it is significant the other way, else **inconclusive**.
-  A method with more failed seeds (diverged, timed out) than the other loses, as in the ranking
-  (`decided_by = "failures"`);
-- `tie` (equivalence, Schuirmann's interval-inclusion rule): **reproduced** when the interval
-  lies inside +-margin, **contradicted** when it lies wholly outside, else **inconclusive**; an
-  unequal count of failed seeds contradicts a tie;
-- seeds needed, for inconclusive checks only (as the ranking gives them for ties only): the
+- **Failures.** A diverged seed loses every comparison: a method with more diverged seeds than
+  the other (where the other finished) loses (`decided_by = "failures"`). A crash or a timeout
+  is an infrastructure failure, never a loss: the check uses the seeds both methods finished and
+  counts the seeds it `excluded`.
+- **Degenerate.** Every task declares the level of a trivial predictor (`harness.tasks.trivial`:
+  the unigram loss of an `lm` task's training split, a synthetic task's chance level, an lm-eval
+  task's chance accuracy). A finished seed whose value is not better than that level by more
+  than `TRIVIAL_MARGIN` of it "stays at the trivial predictor". When **both** methods stay there
+  on most of their finished seeds, the check is **not tested** (degenerate): no p-value, no
+  seeds needed, and it is left out of the Holm family. When only one does, the verdict stands
+  and the check says on how many seeds it stays there (`at_trivial`).
+- `better` / `worse`: the two-sided paired t-test; the p-values of the suite's directional
+  checks (the Holm family, stated in the findings header) are Holm-adjusted together (Holm,
+  1979). **reproduced** when the adjusted p < alpha and the difference goes the expected way,
+  **contradicted** when it is significant the other way, else **inconclusive**. Beside the
+  adjusted p, the matching interval: the Student-t interval at level 1 - alpha * p / p_Holm,
+  which excludes 0 exactly when p_Holm < alpha (Holm's procedure has no simultaneous intervals;
+  this one is the Bonferroni-type interval at the multiplier Holm applied to this check).
+- `tie` (equivalence, two one-sided tests at alpha each, Schuirmann, 1987): **reproduced** when
+  the 1 - 2 alpha interval (90% at alpha 0.05) lies inside +-margin, **contradicted** when it
+  lies wholly outside, else **inconclusive**; an unequal count of diverged seeds contradicts a
+  tie. Ties are not in the Holm family.
+- Secondary statistics, so one catastrophic seed is visible: the median paired difference and
+  the exact two-sided sign test (a binomial test of the positive differences among the nonzero
+  ones).
+- Seeds needed, for inconclusive checks whose observed difference has the claimed sign only: the
   seeds at which a paired t-test has 80% power to detect the observed difference (Cohen, 1988)
-  at alpha / (the directional checks Holm adjusts over), the level the first of them must pass,
-  or for a tie, to exclude the nearer margin (margin - |difference|) at alpha.
+  at alpha / (the size of the Holm family), the level the first of them must pass; for a tie,
+  to exclude the nearer margin (margin - |difference|) at alpha. Where the difference points
+  the other way (or lies outside a tie's margin) more seeds would not reproduce the claim, and
+  the check says so (`needed_note`).
 
 With sequential seeds (`seeds: {initial, max, step}`), the interval, p-value and verdict of each
-check are instead the anytime-valid ones of `harness.ranking.sequential` (`decided_by =
-"sequential"`, the look record in `sequential`), valid however many looks the run took.
+tested check are instead the anytime-valid ones of `harness.ranking.sequential` (`decided_by =
+"sequential"`, the look record in `sequential`), valid however many looks the run took; a
+degenerate check is left out of it (not tested, no further seeds).
 
-A claim's verdict is its recipes' common verdict, or **fragile** when they differ: `flipped_by`
-names the recipes whose verdict differs from the first recipe's (the paper's, listed first).
+A claim's verdict over its tested recipes: their common verdict; **flipped** when one recipe
+reproduces it and another contradicts it (significant in opposite directions); **recipe-
+dependent** when it is decided in one recipe and inconclusive in another (`differs_on` names
+the recipes whose verdict differs from the first's, the paper's, listed first); **not tested**
+when every recipe is degenerate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -48,12 +69,36 @@ from harness.ranking.sequential import (
     decide,
     summary,
 )
-from harness.ranking.stats import finite_or_none, holm, row_stds, seeds_needed, t_ci
+from harness.ranking.stats import (
+    finite_or_none,
+    holm,
+    row_stds,
+    seeds_needed,
+    sign_test,
+    t_ci,
+)
 from harness.registry import METRICS
 from harness.spec.schema import Claim, ClaimDirection, SeedSchedule, Tuning
+from harness.tasks.trivial import trivial_name
 
-Verdict = Literal["reproduced", "contradicted", "inconclusive"]
-ClaimVerdict = Literal["reproduced", "contradicted", "inconclusive", "fragile", "no data"]
+Verdict = Literal["reproduced", "contradicted", "inconclusive", "not tested"]
+ClaimVerdict = Literal[
+    "reproduced",
+    "contradicted",
+    "inconclusive",
+    "flipped",
+    "recipe-dependent",
+    "not tested",
+    "no data",
+]
+NOT_TESTED: Verdict = "not tested"
+DEGENERATE = "degenerate: both stay at the trivial predictor"
+OTHER_WAY = "the observed difference points the other way"
+OUTSIDE_MARGIN = "the observed difference lies outside the margin"
+TRIVIAL_MARGIN = 0.02
+"""A value within this fraction of the trivial predictor's level (or worse) stays at it."""
+TrivialLevels = Mapping[str, Mapping[str, float]]
+"""Task -> metric -> the trivial predictor's value."""
 
 
 @dataclass(frozen=True)
@@ -67,15 +112,61 @@ class RecipeCheck:
     delta: float | None
     ci_low: float | None
     ci_high: float | None
+    """The unadjusted interval at `ci_level` (95%; a tie's 1 - 2 alpha, 90%)."""
     p_value: float | None
-    """Holm-adjusted over the suite's directional tests; None for a tie or without a test."""
+    """Holm-adjusted over the suite's directional checks; None for a tie or without a test."""
     seeds_needed: int | None
     verdict: Verdict
     decided_by: Literal["test", "interval", "failures", "sequential"] | None = None
     failed: tuple[int, int] = (0, 0)
-    """Seeds (of method, of than) that failed where the other finished."""
+    """Seeds (of method, of than) that diverged where the other finished."""
     sequential: SequentialCheck | None = None
     """With sequential seeds: n, looks, how it stopped, the interval's level, CPU seconds."""
+    ci_level: float = 0.95
+    p_raw: float | None = None
+    """The unadjusted two-sided p-value."""
+    holm_ci: tuple[float | None, float | None] | None = None
+    holm_level: float | None = None
+    """The interval matching the Holm-adjusted p, and its level (see the module doc)."""
+    median_delta: float | None = None
+    sign_p: float | None = None
+    """Exact two-sided sign test of the paired differences."""
+    signs: tuple[int, int] = (0, 0)
+    """Paired differences (above 0, below 0)."""
+    excluded: int = 0
+    """Seeds left out because either method crashed or timed out there."""
+    trivial: float | None = None
+    """The task's trivial predictor's value of the metric (None: unknown)."""
+    at_trivial: tuple[int, int] = (0, 0)
+    finished: tuple[int, int] = (0, 0)
+    """Finished seeds (of method, of than) that stay at the trivial predictor, and of how many."""
+    needed_note: str | None = None
+    """Why an inconclusive check has no seeds needed (e.g. `OTHER_WAY`)."""
+    names: tuple[str, str] = ("", "")
+    """The compared methods (method, than)."""
+
+    @property
+    def degenerate(self) -> bool:
+        return self.verdict == NOT_TESTED
+
+    @property
+    def annotation(self) -> str:
+        """ "X stays at the trivial predictor on k of n seeds" for each method that does; plus
+        the excluded seeds. Empty when there is nothing to add."""
+        notes = [
+            f"{name} stays at the trivial predictor on {k} of {n} seeds"
+            for name, k, n in zip(self.names, self.at_trivial, self.finished, strict=True)
+            if k and not self.degenerate
+        ]
+        if self.excluded:
+            notes.append(f"{self.excluded} seeds excluded (crashed or timed out)")
+        return "; ".join(notes)
+
+    @property
+    def verdict_text(self) -> str:
+        if self.degenerate:
+            return f"{NOT_TESTED} ({DEGENERATE})"
+        return self.verdict + (" (failures)" if self.decided_by == "failures" else "")
 
 
 @dataclass(frozen=True)
@@ -92,7 +183,8 @@ class Finding:
     note: str
     checks: list[RecipeCheck]
     verdict: ClaimVerdict
-    flipped_by: list[str] = field(default_factory=list)
+    differs_on: list[str] = field(default_factory=list)
+    """Recipes whose verdict differs from the first tested recipe's."""
 
     @property
     def claim(self) -> str:
@@ -101,21 +193,53 @@ class Finding:
         return f"{self.method} {relation} than {self.than} on {self.metric}"
 
     @property
+    def untested_on(self) -> list[str]:
+        """Recipes where the claim is degenerate (both methods stay at the trivial predictor)."""
+        return [_label(c, self.checks) for c in self.checks if c.degenerate]
+
+    @property
     def verdict_text(self) -> str:
-        """The verdict in words, with the recipes a fragile claim flips on."""
-        if self.flipped_by:
-            return f"{self.verdict} (flips on {', '.join(self.flipped_by)})"
-        return self.verdict
+        """The verdict with what qualifies it: the degenerate reason, the recipes it differs on,
+        the recipes where it is not tested."""
+        if self.verdict == NOT_TESTED:
+            return f"{NOT_TESTED} ({DEGENERATE})"
+        text = str(self.verdict)
+        if self.verdict == "flipped":
+            text = f"flipped (significant the other way on {', '.join(self.differs_on)})"
+        elif self.verdict == "recipe-dependent":
+            text = f"recipe-dependent (differs on {', '.join(self.differs_on)})"
+        if untested := self.untested_on:
+            text += f"; not tested on {', '.join(untested)} (degenerate)"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
-        found = asdict(self) | {"claim": self.claim}
+        checks = [
+            asdict(c) | {"verdict_text": c.verdict_text, "annotation": c.annotation}
+            for c in self.checks
+        ]
+        found = asdict(self) | {
+            "claim": self.claim,
+            "verdict_text": self.verdict_text,
+            "checks": checks,
+        }
         records = [c.sequential for c in self.checks if c.sequential is not None]
-        if records:  # sequential seeds only: the fixed design's JSON is unchanged
+        if records:  # sequential seeds only: the fixed design's JSON has no such keys
             found["sequential"] = summary(records)
         else:
-            for check in found["checks"]:
+            for check in checks:
                 del check["sequential"]
         return found
+
+
+def degenerate_pairs(found: Iterable[Finding]) -> set[tuple[str, str, str, str]]:
+    """(method, than, model, task) of every degenerate check: comparisons that must get no
+    further seeds (both methods stay at the trivial predictor)."""
+    return {
+        (finding.method, finding.than, check.model, check.task)
+        for finding in found
+        for check in finding.checks
+        if check.degenerate
+    }
 
 
 @dataclass(frozen=True)
@@ -132,8 +256,17 @@ class _Pending:
     favours: int  # +1 the difference favours method, -1 than, 0 neither
     failures: tuple[int, int]
     sd: float  # of the paired differences; NaN below 2 pairs
-    diffs: np.ndarray  # the paired differences in seed order
-    cpu_s: float  # wall seconds of both methods' trials of this recipe, every sweep point
+    diffs: np.ndarray  # the paired differences, in seed order
+    excluded: int
+    trivial: float | None
+    at_trivial: tuple[int, int]
+    finished: tuple[int, int]
+    names: tuple[str, str]
+    cpu_s: float = 0.0  # wall seconds of both methods' trials of this recipe, every sweep point
+
+    @property
+    def degenerate(self) -> bool:
+        return all(2 * k > n for k, n in zip(self.at_trivial, self.finished, strict=True))
 
 
 def findings(
@@ -146,27 +279,34 @@ def findings(
     tuning: Tuning = "per_method",
     alpha: float = 0.05,
     models: Sequence[str] = (),
+    trivial: TrivialLevels | None = None,
     schedule: SeedSchedule | None = None,
 ) -> list[Finding]:
     """The verdict of each claim (see the module doc). `metric` is the default of claims that
-    name none; `models` orders recipes of claims that list none (default: sorted); `schedule`:
-    the suite's sequential seeds, if any."""
+    name none; `models` orders recipes of claims that list none (default: sorted); `trivial`
+    gives each task's trivial predictor's values (a trial's own `trivial_name(metric)` result
+    takes precedence; without either, no check is degenerate); `schedule`: the suite's
+    sequential seeds, if any."""
     tune_metric = tune_metric or metric
     outcomes = list(outcomes)
     tuned = select_tuned(outcomes, tune_metric, METRICS.get(tune_metric).direction, tuning)
+    levels = _levels(outcomes, trivial or {})
     pending = [
         _with_cpu(check, claim, baseline, outcomes)
         for index, claim in enumerate(claims)
-        for check in _checks(index, claim, tuned, baseline, metric, alpha, models)
+        for check in _checks(index, claim, tuned, baseline, metric, alpha, models, levels)
     ]
     if schedule is not None:
         return _sequential_findings(claims, pending, baseline, metric, alpha, schedule)
-    directional = [i for i, c in enumerate(pending) if claims[c.claim].direction != "tie"]
-    tested = [i for i in directional if pending[i].p is not None]
+    family = [
+        i
+        for i, c in enumerate(pending)
+        if claims[c.claim].direction != "tie" and c.p is not None and not c.degenerate
+    ]
     adjusted = dict(
-        zip(tested, map(float, holm([float(pending[i].p or 0.0) for i in tested])), strict=True)
+        zip(family, map(float, holm([float(pending[i].p or 0.0) for i in family])), strict=True)
     )
-    each = alpha / max(1, len(tested))  # Holm's strictest level: what seeds needed must reach
+    each = alpha / max(1, len(family))  # Holm's strictest level: what seeds needed must reach
     checks = [
         _decide(claims[c.claim], c, adjusted.get(i), alpha, each) for i, c in enumerate(pending)
     ]
@@ -190,20 +330,28 @@ def _sequential_findings(
     alpha: float,
     schedule: SeedSchedule,
 ) -> list[Finding]:
-    """The findings under sequential seeds (`harness.ranking.sequential.decide`)."""
+    """The findings under sequential seeds (`harness.ranking.sequential.decide`); degenerate
+    checks are not tested and take no part in it."""
+    tested = [i for i, c in enumerate(pending) if not c.degenerate]
     inputs = [
         CheckInput(
-            "tie" if claims[c.claim].direction == "tie" else "directional",
-            c.diffs,
-            claims[c.claim].margin,
-            c.cpu_s,
+            "tie" if claims[pending[i].claim].direction == "tie" else "directional",
+            pending[i].diffs,
+            claims[pending[i].claim].margin,
+            pending[i].cpu_s,
         )
-        for c in pending
+        for i in tested
     ]
-    decisions = decide(inputs, alpha, schedule.initial, schedule.step, schedule.max)
+    decisions: dict[int, CheckDecision] = dict(
+        zip(
+            tested,
+            decide(inputs, alpha, schedule.initial, schedule.step, schedule.max),
+            strict=True,
+        )
+    )
     checks = [
-        _decide(claims[c.claim], c, None, alpha, alpha, decision)
-        for c, decision in zip(pending, decisions, strict=True)
+        _decide(claims[c.claim], c, None, alpha, alpha, decisions.get(i))
+        for i, c in enumerate(pending)
     ]
     return [
         _finding(
@@ -230,6 +378,22 @@ def _with_cpu(
     return replace(check, cpu_s=float(spent))
 
 
+def _levels(outcomes: list[TrialOutcome], trivial: TrivialLevels) -> dict[str, dict[str, float]]:
+    """Task -> metric -> trivial level: the declared ones, overridden by the trials' own."""
+    levels = {task: dict(by_metric) for task, by_metric in trivial.items()}
+    for outcome in outcomes:
+        for name, value in outcome.metrics.items():
+            if name.endswith(trivial_name("")):
+                levels.setdefault(outcome.task, {})[name.removesuffix(trivial_name(""))] = value
+    return levels
+
+
+def stays_at_trivial(values: np.ndarray, level: float, direction: Direction) -> np.ndarray:
+    """Which finite values are not better than `level` by more than `TRIVIAL_MARGIN` of it."""
+    slack = TRIVIAL_MARGIN * abs(level)
+    return np.asarray(direction.gain(values - level) <= slack, dtype=bool)
+
+
 def _checks(
     index: int,
     claim: Claim,
@@ -238,6 +402,7 @@ def _checks(
     default_metric: str,
     alpha: float,
     models: Sequence[str],
+    levels: Mapping[str, Mapping[str, float]],
 ) -> list[_Pending]:
     than = claim.than or baseline
     if than is None:  # a suite without a baseline names `than` (validated)
@@ -254,12 +419,19 @@ def _checks(
                 continue
             members = [o for o in pair if o.model == model and o.task == task]
             group = build_group(task, model, members, metric, None, None, True)
-            found.append(_pending(index, claim, group, than, direction, alpha))
+            level = levels.get(task, {}).get(metric)
+            found.append(_pending(index, claim, group, than, direction, alpha, level))
     return found
 
 
 def _pending(
-    index: int, claim: Claim, group: Group, than: str, direction: Direction, alpha: float
+    index: int,
+    claim: Claim,
+    group: Group,
+    than: str,
+    direction: Direction,
+    alpha: float,
+    level: float | None,
 ) -> _Pending:
     i, j = group.methods.index(claim.method), group.methods.index(than)
     both = ~np.isnan(group.values[i]) & ~np.isnan(group.values[j])
@@ -270,37 +442,70 @@ def _pending(
         int((group.failed[j] & ~group.failed[i] & paired).sum()),
     )
     n = int(both.sum())
-    low, high = (float(x[0]) for x in t_ci(diffs)) if n >= 2 else (np.nan, np.nan)
+    ci_level = 1 - 2 * alpha if claim.direction == "tie" else 1 - alpha
+    low, high = (float(x[0]) for x in t_ci(diffs, ci_level)) if n >= 2 else (np.nan, np.nan)
     p = float(group.test(group.values[i], group.values[j])[0]) if n >= 2 else None
     delta = float(np.nanmean(diffs)) if n else None
     sd = float(row_stds(diffs)[0]) if n >= 2 else np.nan
     favours = direction.sign(delta)
+    excluded = 0
+    if group.excluded is not None:
+        excluded = int((group.excluded[i] | group.excluded[j]).sum())
+    finished = ~np.isnan(group.values[[i, j]])
+    at = np.zeros(2, dtype=int)
+    if level is not None:
+        rows = group.values[[i, j]]
+        at = (finished & stays_at_trivial(np.nan_to_num(rows, nan=np.inf), level, direction)).sum(
+            axis=1
+        )
     return _Pending(
-        index,
-        group.model,
-        group.task,
-        n,
-        delta,
-        (finite_or_none(low), finite_or_none(high)),
-        p,
-        favours,
-        failures,
-        sd,
-        diffs[0][both],
-        0.0,
+        claim=index,
+        model=group.model,
+        task=group.task,
+        n=n,
+        delta=delta,
+        ci=(finite_or_none(low), finite_or_none(high)),
+        p=p,
+        favours=favours,
+        failures=failures,
+        sd=sd,
+        diffs=diffs[0][both],
+        excluded=excluded,
+        trivial=level,
+        at_trivial=(int(at[0]), int(at[1])),
+        finished=(int(finished[0].sum()), int(finished[1].sum())),
+        names=(claim.method, than),
     )
 
 
-def _seeds_needed(claim: Claim, check: _Pending, alpha: float, each: float) -> int | None:
-    """See the module doc: for a tie at `alpha`, else at `each` (Holm's strictest level)."""
+def _seeds_needed(
+    claim: Claim, check: _Pending, alpha: float, each: float
+) -> tuple[int | None, str | None]:
+    """See the module doc: for a tie at `alpha`, else at `each` (Holm's strictest level); or
+    why there is no such number."""
     if check.delta is None:
-        return None
+        return None, None
     if claim.direction == "tie":
         room = (claim.margin or 0.0) - abs(check.delta)
-        needed = seeds_needed(room, check.sd, alpha)[0] if room > 0 else np.nan
+        if room <= 0:
+            return None, OUTSIDE_MARGIN
+        needed = seeds_needed(room, check.sd, alpha)[0]
     else:
+        if check.favours != {"better": 1, "worse": -1}[claim.direction]:
+            return None, OTHER_WAY
         needed = seeds_needed(check.delta, check.sd, each)[0]
-    return None if np.isnan(needed) else int(needed)
+    return (None, None) if np.isnan(needed) else (int(needed), None)
+
+
+def _holm_interval(
+    check: _Pending, p: float | None, alpha: float
+) -> tuple[tuple[float | None, float | None] | None, float | None]:
+    """The interval matching the Holm-adjusted p (module doc), and its level."""
+    if p is None or check.p is None or check.n < 2 or p <= 0 or check.p <= 0:
+        return None, None
+    level = 1 - alpha * check.p / p
+    low, high = (float(x[0]) for x in t_ci(check.diffs[None, :], level))
+    return (finite_or_none(low), finite_or_none(high)), level
 
 
 def _decide(
@@ -322,6 +527,8 @@ def _decide(
         verdict = (
             "contradicted" if claim.direction == "tie" or favours != expected else "reproduced"
         )
+    elif check.degenerate:
+        verdict = NOT_TESTED
     elif sequential is not None:
         decided_by = "sequential"
         low, high = sequential.record.interval
@@ -338,21 +545,40 @@ def _decide(
         decided_by = "test"
         if p < alpha and check.favours != 0:
             verdict = "reproduced" if check.favours == expected else "contradicted"
-    return RecipeCheck(
-        check.model,
-        check.task,
-        check.n,
-        check.delta,
-        low,
-        high,
-        p,
+    needed, note = (
         _seeds_needed(claim, check, alpha, each)
         if verdict == "inconclusive" and sequential is None
-        else None,
-        verdict,
-        decided_by,
-        check.failures,
-        sequential.record if sequential is not None else None,
+        else (None, None)
+    )
+    holm_ci, holm_level = (None, None) if sequential else _holm_interval(check, p, alpha)
+    median = float(np.median(check.diffs)) if check.n else None
+    sign_p, signs = sign_test(check.diffs)
+    return RecipeCheck(
+        model=check.model,
+        task=check.task,
+        n=check.n,
+        delta=check.delta,
+        ci_low=low,
+        ci_high=high,
+        p_value=None if verdict == NOT_TESTED else p,
+        seeds_needed=needed,
+        verdict=verdict,
+        decided_by=decided_by,
+        failed=check.failures,
+        ci_level=1 - 2 * alpha if claim.direction == "tie" else 1 - alpha,
+        p_raw=None if verdict == NOT_TESTED else check.p,
+        holm_ci=None if verdict == NOT_TESTED else holm_ci,
+        holm_level=None if verdict == NOT_TESTED else holm_level,
+        median_delta=median,
+        sign_p=sign_p,
+        signs=signs,
+        excluded=check.excluded,
+        trivial=check.trivial,
+        at_trivial=check.at_trivial,
+        finished=check.finished,
+        needed_note=note,
+        names=check.names,
+        sequential=sequential.record if sequential is not None else None,
     )
 
 
@@ -367,6 +593,24 @@ def _sequential_verdict(claim: Claim, decision: CheckDecision, favours: int) -> 
     return "reproduced" if favours == expected else "contradicted"
 
 
+def claim_verdict(checks: Sequence[RecipeCheck]) -> tuple[ClaimVerdict, list[str]]:
+    """The claim's verdict over its recipes' checks, and the recipes whose verdict differs
+    from the first tested one's (see the module doc)."""
+    tested = [c for c in checks if not c.degenerate]
+    if not checks:
+        return "no data", []
+    if not tested:
+        return NOT_TESTED, []
+    first = tested[0].verdict
+    differs = [_label(c, checks) for c in tested if c.verdict != first]
+    found = {c.verdict for c in tested}
+    if {"reproduced", "contradicted"} <= found:
+        return "flipped", differs
+    if len(found) > 1:
+        return "recipe-dependent", differs
+    return first, []
+
+
 def _finding(
     index: int,
     claim: Claim,
@@ -374,12 +618,7 @@ def _finding(
     default_metric: str,
     checks: list[RecipeCheck],
 ) -> Finding:
-    verdict: ClaimVerdict = "no data"
-    flipped: list[str] = []
-    if checks:
-        first = checks[0].verdict
-        flipped = [_label(c, checks) for c in checks if c.verdict != first]
-        verdict = "fragile" if flipped else first
+    verdict, differs = claim_verdict(checks)
     return Finding(
         index,
         claim.method,
@@ -391,11 +630,11 @@ def _finding(
         claim.note,
         checks,
         verdict,
-        flipped,
+        differs,
     )
 
 
-def _label(check: RecipeCheck, checks: list[RecipeCheck]) -> str:
+def _label(check: RecipeCheck, checks: Sequence[RecipeCheck]) -> str:
     """The recipe's model, with the task where the claim is checked on several."""
     several = len({c.task for c in checks}) > 1
     return f"{check.model} on {check.task}" if several else check.model

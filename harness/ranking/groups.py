@@ -1,10 +1,12 @@
 """One (task, model) group: its method x seed matrices, comparisons, and rows.
 
-A failed seed (diverged, failed, timed out, or done without a finite value) is infinitely bad:
-it loses to any finite value. Comparing two methods over their common seeds: if one has more
-seeds that failed where the other's finished, it loses, whatever the finished seeds say
-(`decided_by = "failures"`); otherwise the paired test runs on the seeds both finished. A
-method with a failed seed has no mean, std or CI (shown as "diverged"/"failed").
+A diverged seed (or one done without a finite value) is infinitely bad: it loses to any finite
+value. Comparing two methods over their common seeds: if one has more seeds that diverged where
+the other's finished, it loses, whatever the finished seeds say (`decided_by = "failures"`);
+otherwise the paired test runs on the seeds both finished. A method with a diverged seed has no
+mean, std or CI (shown as "diverged"). A crashed or timed-out seed (an infrastructure failure,
+`Status.loses` is false) is never a loss: it is left out like an absent seed, and the row counts
+it (`n_excluded`).
 
 With `unit = "examples"` (one seed per method, per-example outcomes given), the columns are
 examples instead of seeds and the intervals and tests are those of `harness.ranking.examples`.
@@ -31,7 +33,7 @@ from harness.ranking.examples import (
     weighted_means,
 )
 from harness.ranking.outcomes import counts_in_comparisons, failure_label, metric_value
-from harness.ranking.records import RankRow, Unit, Verdict
+from harness.ranking.records import NOT_SIGNIFICANT, RankRow, Unit, Verdict
 from harness.ranking.stats import (
     holm,
     mean_ci,
@@ -65,6 +67,13 @@ class Group:
     unit: Unit = "seeds"
     binary: bool = False
     weights: np.ndarray | None = None  # per-example weights of a ratio metric (examples only)
+    excluded: np.ndarray | None = None  # bool: the column crashed or timed out (not present)
+
+    def excluded_counts(self) -> np.ndarray:
+        """Per method: columns left out as infrastructure failures."""
+        if self.excluded is None:
+            return np.zeros(len(self.methods), dtype=int)
+        return np.asarray(self.excluded.sum(axis=1), dtype=int)
 
     def test(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.unit == "examples":
@@ -86,6 +95,7 @@ def build_group(
     row, col = {m: i for i, m in enumerate(methods)}, {s: j for j, s in enumerate(seeds)}
     values = np.full((len(methods), len(seeds)), np.nan)
     present = np.zeros(values.shape, dtype=bool)
+    excluded = np.zeros(values.shape, dtype=bool)
     labels: list[set[Status]] = [set() for _ in methods]
     sweeps: list[dict[str, Any] | None] = [None] * len(methods)
     trials: list[list[dict[str, Any]]] = [[] for _ in methods]
@@ -96,11 +106,12 @@ def build_group(
         value = metric_value(outcome, metric)
         values[i, j] = np.nan if value is None else value
         present[i, j] = counts_in_comparisons(outcome, metric)
+        excluded[i, j] = not present[i, j]
         trials[i].append(
             {"seed": outcome.seed, "sweep": dict(outcome.sweep), "key": outcome.key}
             | {"status": outcome.status, "value": value}
         )
-        if (label := failure_label(outcome, metric)) is not None:
+        if present[i, j] and (label := failure_label(outcome, metric)) is not None:
             labels[i].add(label)
         if per_method_points and outcome.sweep:
             sweeps[i] = dict(outcome.sweep)
@@ -120,6 +131,7 @@ def build_group(
         trials=trials,
         steps=steps,
         times=times,
+        excluded=excluded,
     )
     if examples is not None and len(seeds) == 1:
         return _by_example(group, outcomes, metric, examples, row) or group
@@ -194,7 +206,7 @@ def compare(
 
 def win_rates(group: Group, alpha: float, direction: Direction) -> np.ndarray:
     """HELM mean win rate of each method of the group (NaN for a method alone in its group):
-    1 per method it beats, 1/2 per tie (a test with p >= alpha), over the others."""
+    1 per method it beats, 1/2 per undecided pair (a test with p >= alpha), over the others."""
     m = len(group.methods)
     i, j = np.triu_indices(m, k=1)
     by_failure, decisive, p, by_diff = compare(group, i, j, direction)
@@ -219,7 +231,9 @@ class BaselineTests:
 def baseline_tests(
     group: Group, baseline: str | None, alpha: float, direction: Direction
 ) -> BaselineTests:
-    """Each method vs the baseline: Holm-adjusted p-values, verdicts, seeds needed for ties.
+    """Each method vs the baseline: Holm-adjusted p-values, verdicts ("n.s." where the test is
+    not significant: no margin is given, so no difference is not evidence of a tie), and the
+    seeds needed where it is not significant.
 
     Seeds needed are for a paired t-test at alpha / (the comparisons Holm adjusts over): the
     level the first of them must pass, so that many seeds suffice wherever it falls in Holm's
@@ -241,7 +255,7 @@ def baseline_tests(
         verdict, how = _verdict(k == b, decisive[k], by_failure[k], p[k], by_diff[k], alpha)
         verdicts.append(verdict)
         decided.append(how)
-    ties = np.array([v == "tie" for v in verdicts]) & (group.unit == "seeds")
+    ties = np.array([v == NOT_SIGNIFICANT for v in verdicts]) & (group.unit == "seeds")
     diffs = group.values - group.values[b]
     counts = (~np.isnan(diffs)).sum(axis=1)
     each = alpha / max(1, int(tested.sum()))
@@ -262,7 +276,7 @@ def _verdict(
     if math.isnan(p):
         return None, None
     if p >= alpha:
-        return "tie", "test"
+        return NOT_SIGNIFICANT, "test"
     return ("better" if sign > 0 else "worse"), "test"
 
 
@@ -299,6 +313,7 @@ def group_rows(group: Group, rules: GroupRules) -> list[RankRow]:
         n, n_failed = group.present.any(axis=1).astype(int), group.failed.any(axis=1).astype(int)
     else:
         n, n_failed = group.present.sum(axis=1), group.failed.sum(axis=1)
+    excluded = group.excluded_counts()
     to_target = _to_target(group)
     order = sorted(
         range(len(group.methods)),
@@ -321,6 +336,7 @@ def group_rows(group: Group, rules: GroupRules) -> list[RankRow]:
             n=int(n[i]),
             n_done=int(n[i] - n_failed[i]),
             n_failed=int(n_failed[i]),
+            n_excluded=int(excluded[i]),
             ci_low=_opt(low[i]),
             ci_high=_opt(high[i]),
             delta=_opt(deltas[i]),

@@ -4,7 +4,8 @@ Tuning (`rank.tuning`):
 
 - `per_method` (default): per (method, model, task), ONE sweep point is chosen, the one with the
   best mean over seeds of the tuning metric (`rank.tune_metric`), and every seed of that point is
-  reported. A failed seed is infinitely bad, so a point with fewer failed seeds always wins; among
+  reported. A diverged seed is infinitely bad, so a point with fewer diverged seeds always wins
+  (a crash or a timeout is not the method's fault and does not count, `Status.loses`); among
   points with as many, the better mean over the finished seeds wins; ties keep the first point.
 - `per_seed`: per (method, model, task, seed), the point with the best value of the tuning
   metric. Optimistic: with the reported metric as the tuning metric, a method with more sweep
@@ -52,11 +53,12 @@ def metric_value(outcome: TrialOutcome, metric: str) -> float | None:
 
 
 def failure_label(outcome: TrialOutcome, metric: str) -> Status | None:
-    """Why the seed has no value: its status, or `failed` for a done trial without the metric."""
+    """Why the seed has no value: its status, or `diverged` for a done trial without a finite
+    value of the metric (it loses, as a diverged seed does)."""
     if metric_value(outcome, metric) is not None:
         return None
     status = Status(outcome.status)
-    return status if status in FAILURE_ORDER else Status.FAILED
+    return status if status in FAILURE_ORDER and status is not Status.DONE else Status.DIVERGED
 
 
 def counts_in_comparisons(outcome: TrialOutcome, metric: str) -> bool:
@@ -93,13 +95,14 @@ def select_tuned(
 
 
 def _point_key(seeds: list[TrialOutcome], metric: str, direction: Direction) -> tuple[int, float]:
-    """Sort key of a sweep point: fewer failed seeds, then the better mean (min() keeps the
-    first of equal keys)."""
+    """Sort key of a sweep point: fewer seeds that lose (diverged; not a crash or a timeout),
+    then the better mean (min() keeps the first of equal keys)."""
     values = [v for o in seeds if (v := metric_value(o, metric)) is not None]
+    losing = sum(counts_in_comparisons(o, metric) for o in seeds) - len(values)
     if not values:
-        return (len(seeds), math.inf)
+        return (losing, math.inf)
     mean = sum(values) / len(values)
-    return (len(seeds) - len(values), direction.sort_key(mean))
+    return (losing, direction.sort_key(mean))
 
 
 def _best_per_seed(

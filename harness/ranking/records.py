@@ -12,7 +12,9 @@ from harness.spec.schema import Aggregate, CIMethod, Tuning
 if TYPE_CHECKING:
     from harness.ranking.findings import Finding
 
-Verdict = Literal["better", "worse", "tie", "baseline"]
+Verdict = Literal["better", "worse", "n.s.", "baseline"]
+NOT_SIGNIFICANT: Verdict = "n.s."
+"""A difference the test does not find significant: not a tie (a tie needs a margin, met)."""
 Unit = Literal["seeds", "examples"]
 
 
@@ -20,8 +22,9 @@ Unit = Literal["seeds", "examples"]
 class RankRow:
     """Statistics of one method in one (task, model, metric) group; None where undefined.
 
-    `failure` names why a method has no mean ("diverged", "failed", "timeout") when any of its
-    seeds has no value: a failed seed is infinitely bad, so no number stands for the method.
+    `failure` names why a method has no mean ("diverged") when any of its seeds diverged: a
+    diverged seed is infinitely bad, so no number stands for the method. `n_excluded` seeds
+    crashed or timed out: they are left out, not counted as failures (`n` excludes them).
     `decided_by` says how the verdict vs the baseline was reached: "test" (a paired test,
     `p_value` is Holm-adjusted), "failures" (fewer failed seeds wins, no p-value), None.
     """
@@ -43,6 +46,7 @@ class RankRow:
     win_rate: float | None
     rank: int
     failure: str | None = None
+    n_excluded: int = 0
     decided_by: Literal["test", "failures"] | None = None
     seeds_needed: int | None = None
     sweep: dict[str, Any] | None = None

@@ -29,7 +29,9 @@ VERDICT_STYLES = {
     "worse": "red",
     "reproduced": "green",
     "contradicted": "red",
-    "fragile": "yellow",
+    "flipped": "yellow",
+    "recipe-dependent": "yellow",
+    "not tested": "dim",
 }
 
 

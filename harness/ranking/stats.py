@@ -8,6 +8,9 @@ matrices are methods, columns seeds; NaN marks a seed without a value (absent or
   [min, max], ~74%), so `rank` warns.
 - Medians (steps and time to target): the distribution-free order-statistic interval of
   `scipy.stats.quantile_test`; None where n is too small for 95% (n < 6).
+- Sign test. `sign_test`: the exact two-sided binomial test of the positive paired differences
+  among the nonzero ones (Dixon and Mood, 1946), beside the t-test so one catastrophic seed
+  that drives the mean is visible.
 - Power. `seeds_needed`: the smallest n at which a two-sided paired t-test at level alpha
   detects the observed mean difference with the observed sd of the differences with
   probability 0.8 (noncentral t, Cohen, 1988, "Statistical Power Analysis", ch. 2).
@@ -78,6 +81,17 @@ def paired_test(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         policy = "propagate" if paired[tested].all() else "omit"
         p[tested] = stats.ttest_rel(a[tested], b[tested], axis=-1, nan_policy=policy).pvalue
     return p, mean_diff
+
+
+def sign_test(diffs: np.ndarray) -> tuple[float | None, tuple[int, int]]:
+    """(exact two-sided sign-test p, (differences above 0, below 0)) of 1-d paired
+    differences; p is None when every difference is 0 or there are none."""
+    from scipy import stats
+
+    above, below = int((diffs > 0).sum()), int((diffs < 0).sum())
+    if above + below == 0:
+        return None, (above, below)
+    return float(stats.binomtest(above, above + below, 0.5).pvalue), (above, below)
 
 
 def row_means(values: np.ndarray) -> np.ndarray:

@@ -6,22 +6,30 @@ their keys differ), ranked the way its `rank` section says.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from harness.cache import DataMissingError
 from harness.core import TrialOutcome
 from harness.ranking.examples import ExampleOutcomes
-from harness.ranking.findings import Finding, findings
+from harness.ranking.findings import Finding, TrivialLevels, findings
 from harness.ranking.outcomes import each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
+from harness.registry import TASKS, RegistryError, TrainTaskEntry
 from harness.spec.declaration import RankingDeclaration
 from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
 from harness.store.coverage import unstored_notes
 from harness.store.nightly import latest_results
-from harness.store.queries import example_outcomes, recorded_plan, stored_outcomes, suite_keys
+from harness.store.queries import (
+    example_outcomes,
+    recorded_plan,
+    stored_outcomes,
+    suite_keys,
+    task_sections,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -51,6 +59,9 @@ class RankPlan:
     when not known (a recorded plan): `rank_suite` then states only their number."""
     schedule: SeedSchedule | None = None
     """The suite's sequential seeds, if any: claims get anytime-valid verdicts."""
+    tasks: Mapping[str, Mapping[str, Any]] | None = None
+    """The suite's task sections (their trivial predictors' levels); None: read them from the
+    stored trials' configs."""
 
 
 def plan_of(suite: Suite, keys: list[str], unstored: tuple[str, ...] | None = None) -> RankPlan:
@@ -65,7 +76,28 @@ def plan_of(suite: Suite, keys: list[str], unstored: tuple[str, ...] | None = No
         models=declared.models,
         unstored=unstored,
         schedule=declared.schedule,
+        tasks=dict(suite.tasks),
     )
+
+
+def trivial_levels(tasks: Mapping[str, Mapping[str, Any]]) -> tuple[TrivialLevels, list[str]]:
+    """Each task's trivial predictor's values (`harness.tasks.trivial`), and a warning per task
+    whose level cannot be computed here (its data is not installed)."""
+    levels: dict[str, dict[str, float]] = {}
+    warnings = []
+    for name, section in tasks.items():
+        try:
+            entry = TASKS.entry(str(section.get("type")))
+            if not isinstance(entry, TrainTaskEntry) or entry.trivial is None:
+                continue
+            params = entry.params.model_validate(section) if entry.params else section
+            levels[name] = entry.trivial(params)
+        except (DataMissingError, RegistryError, ValueError, OSError) as error:
+            warnings.append(
+                f"task '{name}': its trivial predictor's level is unknown ({error}); no claim "
+                "on it is checked for degenerate (untrained) methods"
+            )
+    return levels, warnings
 
 
 def planned(engine: Engine, suite: Suite, trials: list[PlannedTrial]) -> RankPlan:
@@ -193,18 +225,29 @@ def rank_suite(
         chosen = chosen if any(o.method == chosen for o in outcomes) else None
     examples = stored_examples(engine, [o.key for o in outcomes])
     ranking = rank(outcomes, overrides.spec(plan.spec), chosen, examples=examples)
-    found = [] if overrides.all_points else claim_findings(plan, outcomes, ranking.alpha)
-    warnings = [*gaps, *plan.warnings, *ranking.warnings]
+    found: list[Finding] = []
+    notes: list[str] = []
+    if not overrides.all_points and plan.claims:
+        tasks = plan.tasks if plan.tasks is not None else task_sections(engine, plan.keys)
+        levels, notes = trivial_levels(tasks)
+        found = claim_findings(plan, outcomes, ranking.alpha, levels)
+    warnings = [*gaps, *plan.warnings, *ranking.warnings, *notes]
     return replace(ranking, warnings=warnings, findings=found)
 
 
 def claim_findings(
-    plan: RankPlan, outcomes: Sequence[TrialOutcome], alpha: float | None = None
+    plan: RankPlan,
+    outcomes: Sequence[TrialOutcome],
+    alpha: float | None = None,
+    trivial: TrivialLevels | None = None,
 ) -> list[Finding]:
     """The verdicts of the plan's `expect` claims on these outcomes, tuned the way its `rank`
-    section says (`alpha`: the suite's unless given)."""
+    section says (`alpha`: the suite's unless given; `trivial`: the tasks' trivial levels,
+    computed from the plan's task sections unless given)."""
     if not plan.claims:
         return []
+    if trivial is None:
+        trivial = trivial_levels(plan.tasks or {})[0]
     spec = plan.spec
     return findings(
         outcomes,
@@ -215,5 +258,6 @@ def claim_findings(
         tuning=spec.tuning,
         alpha=spec.alpha if alpha is None else alpha,
         models=plan.models,
+        trivial=trivial,
         schedule=plan.schedule,
     )

@@ -132,6 +132,7 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
         for point, settings in settings_of[method]:
             for seed in suite.seed_list:
                 resolved_settings = settings.model_dump(mode="json")
+                overrides = resolved_settings.pop("model")
                 resolved_settings["optimizer"] = resolved_optimizer(
                     resolved_settings["optimizer"], settings.device, cuda
                 )
@@ -141,7 +142,9 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
                 config = {
                     **resolved_settings,
                     "precision": resolve_precision(settings.precision, settings.device, cuda),
-                    "model": models[model],
+                    "model": models[model]
+                    if not overrides
+                    else with_overrides(suite.models[model], overrides),
                     "task": tasks[task],
                     "seed": seed,
                     "plugins": suite.plugins,
@@ -152,6 +155,11 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
                     PlannedTrial(key, suite.suite, method, model, task, seed, point, config)
                 )
     return trials
+
+
+def with_overrides(section: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A model section with a method's `model` fields set (`TrialSettings.model`), resolved."""
+    return resolved(MODELS, {**section, **overrides})
 
 
 def resolved(

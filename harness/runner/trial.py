@@ -139,7 +139,9 @@ def prepare(config: dict[str, Any]) -> TrialSettings:
         importlib.import_module(module)
     seed_everything(config["seed"])
     settings = TrialSettings.model_validate(
+        # config["model"] is the resolved model section, not a method's model overrides
         {name: config[name] for name in TrialSettings.model_fields if name in config}
+        | {"model": {}}
     )
     cuda = torch.cuda.is_available()
     precision = resolve_precision(settings.precision, settings.device, cuda)

@@ -78,6 +78,7 @@ def check_suite(suite: Suite, locator: Locator) -> Iterator[Problem]:
     yield from check_references(suite, locator)
     yield from check_combinations(suite, locator)
     yield from check_model_fit(suite, locator)
+    yield from check_model_overrides(suite, locator)
     yield from check_context_fit(suite, locator)
     for name in suite.methods:
         yield from check_method(suite, name, locator)
@@ -333,6 +334,33 @@ def check_model_fit(suite: Suite, locator: Locator) -> Iterator[Problem]:
                 if text not in reported:
                     reported.add(text)
                     yield Problem(problem.file, problem.line, problem.path, text)
+
+
+def check_model_overrides(suite: Suite, locator: Locator) -> Iterator[Problem]:
+    """A method's `model` fields must fit the schema of every model it runs on."""
+    reported: set[tuple[str, str]] = set()
+    for method, model, _ in matrix_cells(suite):
+        section = suite.models.get(model)
+        if method not in suite.methods or not section or section.get("type") not in MODELS:
+            continue
+        entry = MODELS.entry(section["type"])
+        try:
+            points = trial_settings(suite, method)
+        except (ResolveError, ValidationError):
+            continue  # reported by check_method
+        for _, settings in points:
+            if not settings.model or entry.params is None or (method, model) in reported:
+                continue
+            try:
+                entry.params.model_validate({**section, **settings.model})
+            except ValidationError as error:
+                reported.add((method, model))
+                first = error.errors()[0]
+                field = ".".join(map(str, first["loc"]))
+                yield locator.problem(
+                    origin(suite, method, ("model",), locator),
+                    f"model.{field}: {first['msg']} (in model '{model}')",
+                )
 
 
 def section_spec(

@@ -156,6 +156,9 @@ class TrialSettings(StrictModel):
     norm: NormSpec = NormSpec()
     prune: PruneSpec | None = None
     quantize: QuantizeSpec | None = None
+    model: dict[str, Any] = {}
+    """Fields this method sets in every model section it runs on (e.g. `{init: gpt2}`: a
+    baseline with another init in the same recipe); validated against each model's schema."""
 
 
 class MethodSpec(TrialSettings):

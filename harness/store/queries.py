@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.orm import Session
@@ -106,6 +107,20 @@ def stored_outcomes(
                 for trial in trials
             ]
     return records
+
+
+def task_sections(engine: Engine, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Task name -> its section as one of these trials ran it (`config["task"]`); one config
+    read per task and chunk of keys."""
+    sections: dict[str, dict[str, Any]] = {}
+    with engine.connect() as connection:
+        for chunk in chunks(keys, OUTCOME_CHUNK):
+            firsts = select(func.min(Trial.id)).where(Trial.key.in_(chunk)).group_by(Trial.task)
+            rows = connection.execute(select(Trial.task, Trial.config).where(Trial.id.in_(firsts)))
+            for task, config in rows:
+                if isinstance(config, dict) and isinstance(config.get("task"), dict):
+                    sections.setdefault(task, config["task"])
+    return sections
 
 
 def metric_series(

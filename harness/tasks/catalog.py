@@ -24,6 +24,7 @@ from pydantic import (
 from harness.registry import SYNTHETIC_KINDS, TASKS, TOKENIZERS, EvalTaskEntry
 from harness.spec.schema import StrictModel
 from harness.tasks.corpora import check_corpus_name, load_corpus
+from harness.tasks.trivial import lm_trivial, synthetic_trivial
 
 
 def known_corpus(cls: type, corpus: str) -> str:
@@ -195,6 +196,7 @@ TASKS.declare(
     params=LMTaskSpec,
     fingerprint=corpus_fingerprint,
     metrics=("val_loss", "val_ppl", "bits_per_byte", "test_loss", "test_ppl", "test_bits_per_byte"),
+    trivial=lm_trivial,
 )
 TASKS.declare(
     "synthetic",
@@ -202,6 +204,7 @@ TASKS.declare(
     params=SyntheticTaskSpec,
     fingerprint=synthetic_fingerprint,
     metrics=("val_loss", "id_loss", "id_acc", "ood_loss", "ood_acc", "test_loss", "test_acc"),
+    trivial=synthetic_trivial,
 )
 TASKS.declare(
     "lm-eval",
@@ -224,8 +227,14 @@ TASKS.declare(
     ),
 )
 SYNTHETIC_KINDS.declare(
-    "modular-addition", "harness.tasks.synthetic:ModularAddition", params=ModularAdditionParams
+    "modular-addition",
+    "harness.tasks.synthetic:ModularAddition",
+    params=ModularAdditionParams,
+    classes=lambda params: params.modulus,
 )
 SYNTHETIC_KINDS.declare(
-    "poly-regression", "harness.tasks.synthetic:PolyRegression", params=PolyRegressionParams
+    "poly-regression",
+    "harness.tasks.synthetic:PolyRegression",
+    params=PolyRegressionParams,
+    classes=lambda params: params.n_bins,
 )

@@ -264,3 +264,36 @@ def piece_bytes(piece: str | None, byte_level: bool) -> int:
 def build_tokenizer(name: str, corpus: Corpus) -> Tokenizer:
     """The registered tokenizer `name`, built for `corpus`."""
     return TOKENIZERS.get(name).from_corpus(corpus)
+
+
+SPLITS = ("train", "val", "test")
+
+
+def split_documents(
+    documents: list[Document], val_fraction: float, test_fraction: float, seed: int
+) -> dict[str, list[Document]]:
+    """Documents assigned to train/val/test by a seeded permutation, at least one per split.
+
+    The permutation orders documents by sha256(f"{seed}:{name}"), so it depends only on the
+    seed and the document names (not on file order, numpy's or torch's random streams).
+    """
+    n = len(documents)
+    if n < len(SPLITS):
+        raise ValueError(
+            f"a document-level train/val/test split needs at least 3 documents, got {n} "
+            "(give a directory of .txt files)"
+        )
+    n_val = max(1, round(n * val_fraction))
+    n_test = max(1, round(n * test_fraction))
+    if n - n_val - n_test < 1:
+        raise ValueError(f"{n} documents leave none for training after val and test")
+
+    def key(doc: Document) -> str:
+        return hashlib.sha256(f"{seed}:{doc[0]}".encode()).hexdigest()
+
+    order = sorted(documents, key=key)
+    return {
+        "val": order[:n_val],
+        "test": order[n_val : n_val + n_test],
+        "train": order[n_val + n_test :],
+    }

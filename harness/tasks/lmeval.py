@@ -31,13 +31,9 @@ from harness.tasks.catalog import (
     lm_eval_fingerprint,
     perplexity_fingerprint,
 )
-from harness.tasks.corpora import ModelTokenizer, Tokenizer, load_corpus
-from harness.tasks.lm import (
-    eval_windows,
-    model_device,
-    perplexity,
-    split_documents,
-)
+from harness.tasks.corpora import ModelTokenizer, Tokenizer, load_corpus, split_documents
+from harness.tasks.lm import eval_windows, model_device, perplexity
+from harness.tasks.trivial import trivial_name
 
 CALIBRATION_CORPUS = "shakespeare"
 SKIP = {"alias", "sample_len"}
@@ -119,6 +115,22 @@ def gold_loglikelihood(row: dict[str, Any]) -> float | None:
     return None
 
 
+def chance_accuracy(results: dict[str, Any]) -> dict[str, float]:
+    """The trivial predictor's accuracy (`harness.tasks.trivial`): the mean over the logged
+    multiple-choice examples of 1 / their number of choices, under `trivial_name` of `acc` and
+    `acc_norm`; empty when no example is multiple-choice."""
+    chances = [
+        1.0 / len(row["filtered_resps"])
+        for rows in (results.get("samples") or {}).values()
+        for row in rows
+        if gold_loglikelihood(row) is not None
+    ]
+    if not chances:
+        return {}
+    level = float(np.mean(chances))
+    return {trivial_name("acc"): level, trivial_name("acc_norm"): level}
+
+
 def prefixed(mapping: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {f"{prefix}{name}": value for name, value in mapping.items()}
 
@@ -148,12 +160,13 @@ class LMEvalTask(EvalTask):
         )
         manager = TaskManager(include_path=str(include_path(self.spec)))
         results = self._run(lm, manager, self.spec.task)
-        metrics = lm_eval_metrics(results, self.spec.task)
+        metrics = lm_eval_metrics(results, self.spec.task) | chance_accuracy(results)
         examples = sample_outcomes(results)
         tuning = validation_task(manager, self.spec.task, results)
         if tuning is not None:
             tuned = self._run(lm, manager, tuning)
-            metrics |= prefixed(lm_eval_metrics(tuned, self.spec.task), TUNING_PREFIX)
+            tuned_metrics = lm_eval_metrics(tuned, self.spec.task) | chance_accuracy(tuned)
+            metrics |= prefixed(tuned_metrics, TUNING_PREFIX)
             examples |= prefixed(sample_outcomes(tuned), TUNING_PREFIX)
         return Evaluation(metrics, examples)
 
