@@ -30,13 +30,15 @@ VERDICT_COLOURS = {
     "contradicted": "#d93025",
     "inconclusive": "#b06000",
     FLIPPED: "#8e24aa",
-    "recipe-dependent": "#8e24aa",
+    "recipe-dep": "#8e24aa",
     "fragile": "#8e24aa",
     "not": "#5f6368",  # not tested, with or without a reason
 }
 ARXIV = re.compile(r"(?:arXiv:\s*|arxiv\.org/(?:abs|pdf)/)(\d{4}\.\d{4,5})", re.IGNORECASE)
 RECIPE_TEXT = r"model=(.*)$"
 """The recipe link's text: its model (`compare_link`), URL-encoded as model names never need."""
+SHORT_LABELS = {"recipe-dependent": "recipe-dep."}
+"""Claim labels shortened in the verdict cell (the Details expander has the full verdict)."""
 SYMBOLS = {("better", "min"): "<", ("better", "max"): ">", ("worse", "min"): ">"}
 SYMBOLS |= {("worse", "max"): "<"}
 
@@ -79,8 +81,9 @@ def verdict_label(finding: Finding, check: RecipeCheck | None, several_tasks: bo
     if check is None:
         return NOT_TESTED
     if recipe(check, several_tasks) in finding.differs_on:
-        return f"{finding.verdict}: {check.verdict_text}"  # flipped / recipe-dependent
-    return check.verdict_text
+        lead = SHORT_LABELS.get(finding.verdict, finding.verdict)
+        return f"{lead}: {check.verdict}"  # flipped / recipe-dependent
+    return check.verdict_text.split(":")[0] + (")" if ":" in check.verdict_text else "")
 
 
 def difference(check: RecipeCheck | None) -> str:
@@ -199,7 +202,8 @@ def details_frame(by_suite: Iterable[tuple[str, list[Finding]]]) -> pd.DataFrame
                         if check.sequential is not None
                         else None,
                         "note": verdict_note(check.sequential) or None,
-                        "claim verdict": finding.verdict,
+                        "verdict": check.verdict_text,
+                        "claim verdict": finding.verdict_text,
                     }
                 )
     return pd.DataFrame.from_records(records)

@@ -46,9 +46,9 @@ COLUMN_CONFIG = {  # pixel widths: the whole table fits 1400 px with the sidebar
     "recipe": st.column_config.LinkColumn(
         "recipe", display_text=RECIPE_TEXT, width=108, help="the model; opens the Compare view"
     ),
-    "verdict": st.column_config.TextColumn("verdict", width=150),
+    "verdict": st.column_config.TextColumn("verdict", width=180),
     "Δ [95% CI]": st.column_config.TextColumn(
-        "Δ [95% CI]", width=200, help="method - than, mean over paired seeds, 95% t-interval"
+        "Δ [95% CI]", width=195, help="method - than, mean over paired seeds, 95% t-interval"
     ),
     "seeds": st.column_config.TextColumn(
         "seeds", width=95, help="seeds both methods finished (and the seeds 80% power needs)"
