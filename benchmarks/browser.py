@@ -27,8 +27,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 TABLE = '[data-testid="stDataFrame"]'
-# Glide's accessible cells are glide-cell-COLUMN-ROW; column 1 of the Overall table is the method.
-TOP_METHOD_CELL = '[data-testid="glide-cell-1-0"]'
+# Glide's accessible cells are glide-cell-COLUMN-ROW; column 2 of the Overall table is the method
+# (after position and tie group).
+TOP_METHOD_CELL = '[data-testid="glide-cell-2-0"]'
 START_TIMEOUT_S = 60
 
 

@@ -14,10 +14,16 @@ from harness.store.db import database_url
 from leaderboard.state import sidebar
 
 VIEWS = Path(__file__).with_name("views")
+# The tables are wide: they get the width Streamlit's side padding (5rem each) would take, so the
+# Findings table fits 1400 px with the sidebar open.
+NARROW_PADDING = (
+    "<style>[data-testid='stMainBlockContainer'] {padding-left: 1rem; padding-right: 1rem;}</style>"
+)
 
 
 def main() -> None:
     st.set_page_config(page_title="LayerBench leaderboard", layout="wide")
+    st.html(NARROW_PADDING)
     page = st.navigation(
         [
             st.Page(VIEWS / "leaderboard.py", title="Leaderboard", default=True),

@@ -32,6 +32,14 @@ def curve_bands(series: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
 
 
+def curve_metric(names: list[str], preferred: list[str | None]) -> str | None:
+    """The series a learning curve plots: the first of `preferred` that is stored (the ranked
+    metric, then the tuning metric, then val_loss: a held-out metric is often measured only at
+    the end), else the first stored series; None when none is stored."""
+    found = [name for name in preferred if name in names]
+    return found[0] if found else (names[0] if names else None)
+
+
 def learning_curves(series: pd.DataFrame, metric: str, x: str) -> go.Figure:
     """Mean over seeds per method with a band of ±1 std, by step or by train time."""
     bands = curve_bands(series)

@@ -177,6 +177,22 @@ def trials(engine: Engine, suite: str) -> pd.DataFrame:
     return _frame(engine, [query], [c.key for c in columns])
 
 
+def trial_environments(engine: Engine, suite: str) -> list[dict[str, Any]]:
+    """The environment each stored trial of the suite recorded (none for those without)."""
+    query = select(Trial.environment).where(Trial.suite == suite, Trial.environment.is_not(None))
+    with Session(engine) as session:
+        return [dict(environment) for environment in session.scalars(query)]
+
+
+def trial_configs(engine: Engine, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The resolved config of each trial, by key."""
+    queries = [
+        select(Trial.key, Trial.config).where(Trial.key.in_(chunk)) for chunk in chunks(keys, CHUNK)
+    ]
+    with Session(engine) as session:
+        return {row.key: row.config for query in queries for row in session.execute(query)}
+
+
 def trial_detail(engine: Engine, key: str) -> TrialDetail | None:
     with Session(engine) as session:
         trial = session.scalars(select(Trial).where(Trial.key == key)).one_or_none()

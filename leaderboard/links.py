@@ -1,8 +1,11 @@
-"""Links from a trial to its Trial page and to its MLflow run."""
+"""Links from a trial to its Trial page and to its MLflow run, and the suite file it came from."""
 
 from __future__ import annotations
 
 import os
+import re
+from functools import cache
+from pathlib import Path
 from urllib.parse import quote
 
 from harness.env import tracking_uri
@@ -27,3 +30,20 @@ def mlflow_run_url(run_id: str | None) -> str | None:
 
 def trial_page_url(key: str) -> str:
     return f"{TRIAL_PAGE}?key={quote(key)}"
+
+
+SUITE_FOLDERS = (Path.cwd() / "suites", Path(__file__).resolve().parents[1] / "suites")
+
+
+@cache
+def suite_file(suite: str) -> str | None:
+    """The suite file (under ./suites or the repository's suites/) whose `suite:` is `suite`,
+    relative to the working directory when inside it; None when none is found."""
+    line = re.compile(rf"^suite:\s*[\"']?{re.escape(suite)}[\"']?\s*(#.*)?$", re.MULTILINE)
+    for folder in SUITE_FOLDERS:
+        for path in sorted(folder.rglob("*.yaml")) if folder.is_dir() else []:
+            if line.search(path.read_text(encoding="utf-8", errors="replace")):
+                return str(
+                    path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+                )
+    return None

@@ -27,6 +27,7 @@ from harness.spec.schema import Suite
 from leaderboard import data
 from leaderboard.charts import (
     HeatmapScale,
+    curve_metric,
     forest_plot,
     layer_heatmap,
     learning_curves,
@@ -90,15 +91,6 @@ def slug(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", "_".join(parts)).strip("-")
 
 
-def curve_metric(ranking: Ranking, names: list[str]) -> str:
-    """The series a group's learning curves plot: the ranked metric, else the tuning metric
-    (a held-out metric is often measured only at the end), else the first stored series."""
-    for name in (ranking.metric, ranking.tune_metric):
-        if name in names:
-            return name
-    return names[0]
-
-
 def group_figures(
     engine: Engine, ranking: Ranking, task: str, model: str, rows: list[RankRow]
 ) -> list[Figure]:
@@ -106,9 +98,10 @@ def group_figures(
     method_of = {trial["key"]: row.method for row in rows for trial in row.trials}
     heading = f"{task} / {model}"
     found = []
-    names = data.series_names(engine, list(method_of))
-    if names:
-        name = curve_metric(ranking, names)
+    name = curve_metric(
+        data.series_names(engine, list(method_of)), [ranking.metric, ranking.tune_metric]
+    )
+    if name is not None:
         series = data.series(engine, list(method_of), name)
         series["method"] = series["key"].map(method_of)
         found.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
@@ -121,6 +122,15 @@ def board(context: Context) -> Board | None:
     ranked = {trial["key"] for row in ranking.rows for trial in row.trials}
     tuned = [o for o in suite.outcomes if o.key in ranked]
     return Board(ranking, tuned, method_families)
+
+
+def selected_trials(context: Context) -> pd.DataFrame:
+    """Stored trials of the sidebar's selection (every sweep point), in the order run."""
+    suite, selection = context.suite, context.selection
+    method_families = families(suite, selection.baseline)
+    chosen = select(suite.outcomes, selection, suite.run_of, method_families, suite.nightly)
+    listing = data.trials(context.engine, selection.suite)
+    return listing[listing["key"].isin({o.key for o in chosen})].reset_index(drop=True)
 
 
 def run_boards(context: Context, kind: str | None = None) -> list[tuple[data.RunInfo, Board]]:

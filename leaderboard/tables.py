@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from numbers import Integral, Real
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from harness.core import Status
 from harness.ranking import Ranking, group_table, overall_table
-from harness.ranking.table import values
+from harness.ranking.table import EMPTY, values
 from leaderboard.data import RunInfo
+
+if TYPE_CHECKING:
+    from pandas.io.formats.style import Styler
 
 MARKS = {"better": "▲ better", "worse": "▼ worse", "n.s.": "n.s.", "baseline": "baseline"}
 STATUS_COLUMNS = ["family", "diverged", "failed", "excluded", "n"]
@@ -89,3 +95,51 @@ def alerts_on_history(history: pd.DataFrame, alerts: pd.DataFrame, metric: str) 
         left_on=["suite_run_id", "task", "model", "method"],
         right_on=["run_id", "task", "model", "method"],
     ).drop(columns=["run_id"])
+
+
+def shown(value: Any) -> str:
+    """A cell as the board shows it by default: integers whole, other numbers to 4 digits, the
+    stand-in of an empty number (`board_values`) as EMPTY."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return str(value)
+    if math.isinf(value):
+        return EMPTY
+    if isinstance(value, Integral) or float(value).is_integer():
+        return str(int(value))
+    return format(float(value), ".4g")
+
+
+def spec_format(spec: str) -> Callable[[Any], str]:
+    """A cell formatter by a format spec (".3f") for finite numbers, `shown` for the rest."""
+    return lambda x: format(x, spec) if isinstance(x, Real) and math.isfinite(x) else shown(x)
+
+
+def board_values(frame: pd.DataFrame) -> pd.DataFrame:
+    """What st.dataframe is given. It shows any null as "None" (a Styler's text is not used for
+    nulls), so an empty number becomes +inf, shown as EMPTY and sorted last, and an empty text
+    becomes EMPTY."""
+    out = frame.copy()
+    for column in out.columns:
+        values = out[column]
+        if not values.isna().any():
+            continue
+        present = values.dropna()
+        numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+        if numeric or (
+            len(present) and all(isinstance(v, Real) and not isinstance(v, bool) for v in present)
+        ):
+            out[column] = values.astype(float).fillna(math.inf)
+        else:
+            out[column] = values.astype(object).where(values.notna(), EMPTY)
+    return out
+
+
+def dashed(frame: pd.DataFrame, formats: Mapping[str, str] | None = None) -> Styler:
+    """The frame as the board shows it: an empty value as EMPTY, the en dash of the terminal and
+    markdown (`board_values`), numbers by `formats` (format specs by column) or `shown`."""
+    styler = board_values(frame).style.format(shown)
+    specs = {column: spec for column, spec in (formats or {}).items() if column in frame}
+    if specs:
+        formatters = {column: spec_format(spec) for column, spec in specs.items()}
+        styler = styler.format(formatters, subset=list(specs))  # the others keep `shown`
+    return styler

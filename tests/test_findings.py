@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import parse_qsl
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 from sqlalchemy import update
@@ -25,6 +27,7 @@ from harness.spec.declaration import declared_ranking
 from harness.spec.schema import Claim, SeedSchedule
 from harness.store.db import make_engine, upgrade
 from harness.store.models import SuiteRun
+from leaderboard.findings import RECIPE_TEXT
 from tests.factories import ROOT, fake_result, invoke, store, write_suite
 
 METHODS = "pre-ln: {}\npost-ln: {norm: {placement: post}}"
@@ -433,15 +436,22 @@ def test_the_findings_page_shows_each_claims_verdict_and_links_to_compare(tmp_pa
     at.switch_page("views/findings.py").run()
     assert not at.exception, [e.message for e in at.exception]
     frame = at.dataframe[0].value
+    assert list(frame.columns[:4]) == ["suite", "claim", "recipe", "verdict"]
     assert list(frame["verdict"]) == ["reproduced", "contradicted"]
-    assert list(frame["family"]) == ["claims", "claims"]
-    assert frame["paper"][0] == "arXiv:2002.04745, Fig. 3"
-    assert frame["observed Δ ± 95% CI"][0].startswith("+0.1")
-    link = frame["compare"][0]
+    assert list(frame["claim"]) == ["post-ln > pre-ln on val_loss", "post-ln < pre-ln on val_loss"]
+    assert list(frame["suite"]) == ["claims", "claims"]
+    assert frame["paper"][0] == "https://arxiv.org/abs/2002.04745"
+    assert pd.isna(frame["paper"][1])  # "made-up" names no paper
+    assert frame["Δ [95% CI]"][0].startswith("+0.1") and frame["seeds"][0] == "5"
+    link = frame["recipe"][0]
     assert link.startswith("compare?") and "methods=post-ln%2Cpre-ln" in link
+    assert re.search(RECIPE_TEXT, link).group(1) == "gpt-2l"  # the text the table shows
+    details = at.expander[0].dataframe[0].value
+    assert list(details["decided by"]) == ["test", "test"] and details["p (Holm)"][0] < 0.05
+    assert r"arXiv\:2002.04745, Fig. 3" in at.expander[1].markdown[0].value
 
-    at.multiselect[0].set_value([]).run()
-    assert at.dataframe[0].value.empty
+    at.radio[0].set_value("claims").run()
+    assert list(at.dataframe[0].value.columns[:3]) == ["claim", "recipe", "verdict"]
 
     compare = AppTest.from_file(str(ROOT / "leaderboard" / "app.py"), default_timeout=60)
     compare.query_params.update(dict(parse_qsl(link.split("?", 1)[1])))
@@ -459,8 +469,10 @@ def test_the_findings_page_says_not_tested_for_a_degenerate_claim(tmp_path: Path
     at.switch_page("views/findings.py").run()
     assert not at.exception, [e.message for e in at.exception]
     frame = at.dataframe[0].value
-    assert list(frame["verdict"]) == [DEGENERATE_TEXT, DEGENERATE_TEXT]
-    assert list(frame["p (Holm)"]) == ["", ""]
+    assert list(frame["verdict"]) == ["not tested (degenerate)"] * 2
+    assert list(at.expander[0].dataframe[0].value["verdict"]) == [DEGENERATE_TEXT] * 2
+    details = at.expander[0].dataframe[0].value  # the p-values are in the Details expander
+    assert all(pd.isna(p) or p == "\u2013" for p in details["p (Holm)"])
 
 
 def test_report_writes_markdown_and_non_trivial_figures(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import math
 import os
@@ -17,11 +18,14 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
 
+from harness.ranking.table import EMPTY
 from harness.records import PlannedTrial, TrialResult
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.db import make_engine, open_database, upgrade
 from harness.store.models import Result, Trial
+from leaderboard import data
+from leaderboard.export import parquet_bytes, selection_frame
 from leaderboard.state import engine as app_engine
 from tests.factories import ROOT, fake_result, invoke, planned, store, write_suite
 
@@ -75,8 +79,11 @@ def run_app(page: str | None = None, **query: str) -> AppTest:
 
 
 def optional(value: Any) -> Any:
-    """NaN (how a data frame holds None) as None."""
-    return None if isinstance(value, float) and math.isnan(value) else value
+    """An empty value as None: NaN, +inf (the board's stand-in for an empty number, shown as
+    an en dash) or the en dash of an empty text."""
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    return None if value == EMPTY else value
 
 
 def records(frame: pd.DataFrame, columns: list[str]) -> list[list[Any]]:
@@ -171,7 +178,7 @@ def test_a_suite_with_only_failed_trials_says_so_on_every_page(tmp_path: Path) -
         "No trial in this selection has a value of val_loss: 3 failed or timed out, 1 diverged"
     )
     rows = at.dataframe[1].value
-    assert rows["mean"].isna().all()
+    assert all(optional(v) is None for v in rows["mean"])  # shown as an en dash
     # b's diverged seed fails; the crashes and the timeout are excluded, never counted as losses
     assert sorted(zip(rows["method"], rows["seeds failed"], rows["excluded"], strict=True)) == [
         ("a", 0, 2),
@@ -216,6 +223,23 @@ def test_trial_page_shows_a_trial_and_links_its_mlflow_run(
     assert at.subheader[0].value == "post-ln / gpt-2l / bytes / seed 1"
     assert "Status: **diverged** at step 200" in at.markdown[0].value
     assert at.link_button[0].proto.url == "http://mlflow.test:5000/#/runs/abc123"
+    command = at.code[-1]
+    assert command.value == (
+        "layerbench run SUITE.yaml --only method=post-ln,model=gpt-2l,task=bytes,seed=1 --force "
+        f"--db {os.environ['LAYERBENCH_DB']}"
+    )
+
+
+def test_trial_page_plots_val_loss_when_the_ranked_metric_has_no_series(
+    tiny_suite_db: Path,
+) -> None:
+    at = run_app("trial")
+    at.selectbox(key="metric:tiny").set_value("effective_bits").run()
+    assert not at.exception, [e.message for e in at.exception]
+    captions = [caption.value for caption in at.caption]
+    assert r"No effective\_bits series is stored for this trial: showing val\_loss." in captions
+    (chart,) = at.get("plotly_chart")
+    assert "val_loss" in chart.proto.spec
 
 
 def test_history_marks_nightly_alerts_on_the_curve_and_filters_regressions(
@@ -269,3 +293,22 @@ def test_the_app_cannot_write_to_sqlite(tiny_suite_db: Path) -> None:
 def test_the_app_cannot_write_to_postgresql(tmp_path: Path, postgres_url: str) -> None:
     store_tiny_suite(tmp_path, postgres_url)
     assert_writes_fail(postgres_url)
+
+
+def test_raw_export_has_one_row_per_trial_with_config_status_and_metrics(
+    tiny_suite_db: Path,
+) -> None:
+    engine = app_engine(os.environ["LAYERBENCH_DB"])
+    trials = data.trials(engine, "tiny")
+    frame = selection_frame(engine, trials, data.metric_names(engine, "tiny"))
+    assert list(frame["key"]) == list(trials["key"]) and frame["key"].is_unique
+    assert {"config.optimizer.lr", "metric.val_loss", "status"} <= set(frame.columns)
+    failed = frame[frame["status"] == "failed"]
+    assert len(failed) and failed["metric.val_loss"].isna().all()  # a null, not a string
+    swept = frame[frame["method"] == "lr-sweep"]
+    assert set(swept["config.optimizer.lr"]) == {"0.001", "0.002"}
+    back = pd.read_parquet(io.BytesIO(parquet_bytes(frame)))
+    pd.testing.assert_frame_equal(back, frame)
+    at = run_app()
+    labels = [button.proto.label for button in at.get("download_button")]
+    assert labels == ["Download CSV", "Download Parquet"]

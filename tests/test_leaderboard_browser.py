@@ -55,9 +55,15 @@ def test_the_leaderboard_and_findings_pages_in_chromium(chromium: None, tmp_path
         page.goto(address + "findings")
         page.wait_for_selector(TABLE, timeout=START_TIMEOUT_S * 1000)
         findings = page.locator(TABLE).first
-        for row, expected in enumerate(["reproduced", "contradicted"]):
+        # All suites, by verdict (record_claims gives the tiny suite the claims too)
+        verdicts = ["reproduced", "reproduced", "contradicted", "contradicted"]
+        for row, expected in enumerate(verdicts):
             cell = findings.locator(f'[data-testid="glide-cell-{verdict}-{row}"]')
             expect(cell).to_have_text(expected)
+        assert findings.bounding_box()["width"] <= 1400 - 300  # beside the sidebar, no scroll
+        page.locator('[data-testid="stRadioOption"]').filter(has_text="claims").click()
+        one_suite = findings.locator(f'[data-testid="glide-cell-{verdict - 1}-1"]')
+        expect(one_suite).to_have_text("contradicted")  # the suite column is gone
         browser.close()
     assert screenshot.stat().st_size > 10_000
 

@@ -6,13 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.core import Direction
 from harness.ranking import TrialOutcome
+from harness.ranking.table import EMPTY
 from harness.spec.declaration import RankingDeclaration
 from leaderboard.charts import HeatmapScale, curve_bands, layer_heatmap, pareto_front
 from leaderboard.filters import Selection, method_families, select
 from leaderboard.links import mlflow_run_url
-from leaderboard.tables import alerts_on_history
+from leaderboard.tables import alerts_on_history, dashed
 
 BASE = {
     "norm": {"placement": "pre", "type": "layernorm"},
@@ -147,11 +147,29 @@ def test_the_declared_baseline_is_the_default() -> None:
 def test_report_curves_plot_the_tuning_metric_when_the_ranked_one_has_no_series() -> None:
     """A held-out metric (test_loss) is measured once, at the end: the learning curves show the
     tuning metric (val_loss) then, not whichever series sorts first."""
-    from harness.ranking import Ranking
-    from leaderboard.report import curve_metric
+    from leaderboard.charts import curve_metric
 
-    held_out = Ranking("test_loss", Direction.MIN, None, [], [], tune_metric="val_loss")
-    assert curve_metric(held_out, ["bits_per_byte", "id_acc", "val_loss"]) == "val_loss"
+    preferred: list[str | None] = ["test_loss", "val_loss", "val_loss"]  # ranked, tuned, then
+    assert curve_metric(["bits_per_byte", "id_acc", "val_loss"], preferred) == "val_loss"
     names = ["id_acc", "val_loss"]
-    assert curve_metric(Ranking("val_loss", Direction.MIN, None, [], []), names) == "val_loss"
-    assert curve_metric(Ranking("acc", Direction.MAX, None, [], []), names) == "id_acc"
+    assert curve_metric(names, ["val_loss", None, "val_loss"]) == "val_loss"
+    assert curve_metric(names, ["acc", None]) == "id_acc"
+    assert curve_metric([], ["val_loss"]) is None
+
+
+def test_the_board_shows_empty_values_as_an_en_dash_and_keeps_numbers_sortable() -> None:
+    frame = pd.DataFrame(
+        {
+            "p (Holm)": [0.0305, None],
+            "seeds needed": [None, 9],
+            "tie group": ["1-2", None],
+            "n": [5, 5],
+        }
+    )
+    styler = dashed(frame, {"p (Holm)": ".3g"})
+    html = styler.to_html()
+    assert "None" not in html and "nan" not in html and "inf" not in html
+    assert html.count(EMPTY) == 3 and "0.0305" in html and ">9<" in html
+    shown = styler.data
+    assert shown["p (Holm)"].dtype == float and shown["p (Holm)"].iloc[1] == np.inf  # sorts last
+    assert list(shown["n"]) == [5, 5]

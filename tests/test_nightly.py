@@ -188,6 +188,9 @@ def test_a_claim_whose_verdict_changes_is_reported_once(engine: Engine, tmp_path
     section = text[text.index("## Claim verdicts changed") :]
     assert "b worse than a on val_loss (test paper): reproduced -> inconclusive" in section
     assert "gpt-2l / bytes: delta" in section
+    assert f"rerun: `layerbench run {path} --only method=b,a,model=gpt-2l,task=bytes --force`" in (
+        section
+    )
 
 
 def test_failed_trials_exit_1(engine: Engine, suite_path: Path) -> None:
@@ -298,6 +301,9 @@ def test_the_report_lists_regressions_first_and_reaches_the_webhook(
     assert text.index("## Regressions") < text.index("a / gpt-2l") < text.index("## Suspected")
     assert "2.002 [2.002, 2.002] -> 2.402 [2.358, 2.445]" in text and "p 0, z inf" in text
     assert "- tiny: suite run #4" in markdown(report)
+    assert regression["command"] == (
+        f"layerbench run {suite_path} --only method=a,model=gpt-2l,task=bytes --force"
+    )
     notify(webhook, report)
     assert Hook.received == [report]
 

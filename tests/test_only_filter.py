@@ -32,6 +32,16 @@ def test_only_matches_names_exactly() -> None:
     assert {t.method for t in select_trials(PLAN, "method=pre-ln")} == {"pre-ln"}
 
 
+def test_only_combines_fields_and_names_one_trial_by_key() -> None:
+    both = select_trials(PLAN, "method=pre-ln,mix-ln,seed=1,model=gpt-12l")
+    assert {(t.method, t.seed, t.model) for t in both} == {
+        ("pre-ln", 1, "gpt-12l"),
+        ("mix-ln", 1, "gpt-12l"),
+    }
+    one = PLAN[3]
+    assert select_trials(PLAN, f"method={one.method},key={one.key}") == [one]
+
+
 @pytest.mark.parametrize(
     ("only", "message"),
     [
@@ -42,6 +52,8 @@ def test_only_matches_names_exactly() -> None:
         ("models=gpt-12l", "--only expects FIELD=NAME[,NAME]"),
         ("model=", "--only expects FIELD=NAME[,NAME]"),
         ("model=gpt-12l,", "--only expects FIELD=NAME[,NAME]"),
+        ("seed=1,seed=2", "--only expects FIELD=NAME[,NAME]"),
+        ("method=pre-ln,seed=", "--only expects FIELD=NAME[,NAME]"),
     ],
 )
 def test_only_rejects_unknown_names_and_bad_filters(only: str, message: str) -> None:

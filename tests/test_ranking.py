@@ -59,6 +59,7 @@ ROW_KEYS = [
     "time_to_target",
     "time_ci_low",
     "time_ci_high",
+    "tie_group",
 ]
 SUMMARY_KEYS = [
     "method",
@@ -69,6 +70,7 @@ SUMMARY_KEYS = [
     "normalized",
     "profile_steps",
     "profile_time",
+    "tie_group",
 ]
 
 

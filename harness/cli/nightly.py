@@ -13,6 +13,7 @@ import typer
 from harness.cli.common import DbOption, NoMlflowOption, WorkersOption, app, fail, load, open_db
 from harness.cli.run import mlflow_tracker
 from harness.console import RichProgress, console, errors
+from harness.ranking.table import EMPTY
 from harness.spec import Suite
 
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ def alerts(
 
 def alert_line(a: Alert) -> str:
     change = "" if a.delta is None else f" {a.old_mean:.4g} -> {a.new_mean:.4g}"
-    z = a.detail.get("z", "n/a") if a.z is None else f"{a.z:.3g}"  # +-inf: no spread
+    z = a.detail.get("z", EMPTY) if a.z is None else f"{a.z:.3g}"  # +-inf: no spread
     extra = "" if a.p_value is None else f" p={a.p_value:.3g} z={z}"
     return (
         f"#{a.id:<4} run #{a.suite_run_id:<4} {a.kind:<11} {a.direction:<6} {a.suite}/"

@@ -142,6 +142,7 @@ def rank_command(
 ) -> None:
     """Rank the suite's methods from the stored results of its current trials."""
     from harness.ranking import FORMATS, format_ranking, is_format
+    from harness.ranking.render import to_json
 
     if not is_format(format):
         raise fail(f"--format must be one of {', '.join(FORMATS)} (got '{format}')")
@@ -153,6 +154,8 @@ def rank_command(
         raise fail(f"no stored results for suite '{suite.suite}'{why}")
     if format == "table":
         print_ranking(ranking, width)
+    elif format == "json":
+        typer.echo(to_json(ranking, str(suite_path)))
     else:
         typer.echo(format_ranking(ranking, format))
 
@@ -165,15 +168,24 @@ def report(
         Path | None, typer.Option(help="Folder of report.md and figures/ (default: reports/SUITE)")
     ] = None,
     metric: Annotated[str | None, typer.Option(help="Rank by this metric instead.")] = None,
+    html: Annotated[
+        Path | None, typer.Option(help="Write one self-contained HTML file instead (offline).")
+    ] = None,
 ) -> None:
-    """Write a markdown report of the suite's stored results with static figures (PNG)."""
+    """Write a markdown report of the suite's stored results with static figures (PNG), or with
+    --html one HTML file with interactive figures that opens without a server or network."""
+    from leaderboard.html_report import report_command, write_html
     from leaderboard.report import ReportError, write_report
 
     suite = load(suite_path)
     try:
         folder = out or Path("reports") / suite.suite
         engine = open_db(db)
-        path = write_report(engine, suite, current_plan(suite, engine), folder, metric)
+        if html is not None:
+            command = report_command(suite_path, db, html, metric)
+            path = write_html(engine, suite, current_plan(suite, engine), html, command, metric)
+        else:
+            path = write_report(engine, suite, current_plan(suite, engine), folder, metric)
     except (ReportError, RegistryError) as error:
         raise fail(str(error)) from None
     console.print(f"wrote {path}")

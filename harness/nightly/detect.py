@@ -305,6 +305,7 @@ def verdict_changes(
                 commit_after=current.git_commit,
                 detail={
                     "claim": finding.claim,
+                    "than": finding.than,
                     "source": finding.source,
                     "verdicts": [old.verdict_text, finding.verdict_text],
                     "checks": [asdict(check) for check in finding.checks],

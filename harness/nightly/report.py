@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.nightly.run import SuiteOutcome
+from harness.ranking.table import EMPTY
+from harness.repro import rerun_comparison
 from harness.store.models import Alert
 
 SECTIONS = (
@@ -59,6 +61,13 @@ def alert_record(alert: Alert) -> dict[str, Any]:
     }
 
 
+def rerun_command(alert: Alert, suite_path: str) -> str:
+    """The `layerbench run` that reruns the alert's comparison: its method on its model and task
+    (a claim's verdict: both methods on every recipe of the claim)."""
+    methods = [alert.method, *filter(None, [alert.detail.get("than")])]
+    return rerun_comparison(suite_path, methods, alert.model.split(", "), alert.task.split(", "))
+
+
 def suite_summary(outcome: SuiteOutcome) -> dict[str, Any]:
     run = outcome.run
     kinds = [alert.kind for alert in outcome.alerts]
@@ -79,28 +88,38 @@ def suite_summary(outcome: SuiteOutcome) -> dict[str, Any]:
 
 def build_report(outcomes: Sequence[SuiteOutcome], day: date, code: int) -> dict[str, Any]:
     """The JSON report of one `layerbench nightly`."""
-    alerts = [alert for outcome in outcomes for alert in outcome.alerts]
+    alerts = [(outcome, alert) for outcome in outcomes for alert in outcome.alerts]
     report: dict[str, Any] = {"date": day.isoformat(), "exit_code": code}
     for name, kind, _ in SECTIONS:
-        report[name] = [alert_record(a) for a in alerts if a.kind == kind]
+        report[name] = [
+            alert_record(a) | {"command": rerun_command(a, str(o.path))}
+            for o, a in alerts
+            if a.kind == kind
+        ]
     report["suites"] = [suite_summary(outcome) for outcome in outcomes]
     return report
 
 
 def number(value: Any, digits: int = 4) -> str:
     if value is None:
-        return "n/a"
+        return EMPTY
     if isinstance(value, str):
         return value
     return f"{value:.{digits}g}"
 
 
 def interval(ci: Sequence[Any]) -> str:
-    return "n/a" if ci[0] is None else f"[{number(ci[0])}, {number(ci[1])}]"
+    return EMPTY if ci[0] is None else f"[{number(ci[0])}, {number(ci[1])}]"
 
 
 def alert_line(record: dict[str, Any]) -> str:
-    """One alert as a markdown list item."""
+    """One alert as a markdown list item, with the command that reruns its comparison."""
+    command = record.get("command")
+    return alert_text(record) + (f"\n  - rerun: `{command}`" if command else "")
+
+
+def alert_text(record: dict[str, Any]) -> str:
+    """One alert's findings as a markdown list item."""
     name = f"**{record['suite']} / {record['method']} / {record['model']} / {record['task']}**"
     ack = " (acknowledged)" if record["acknowledged"] else ""
     if record["kind"] == "status":

@@ -6,7 +6,8 @@
 - Per group (`harness.ranking.groups`): mean, sd, the 95% CI (`rank.ci`), the paired test vs
   the baseline (Holm-adjusted over the group's methods), verdict, seeds needed for a tie, the
   HELM win rate, the rank (methods with no finished seed last; then win rate, fewer failed
-  seeds, better mean, name), and the median steps and time to target with their CIs.
+  seeds, better mean, name), the tie group (the ranks the Holm-adjusted pairwise tests allow,
+  `harness.ranking.ties`), and the median steps and time to target with their CIs.
 - Overall (`rank.aggregate`): mean win rate over groups (HELM; Liang et al., 2022), mean rank,
   `normalized` (mean over groups of the method's mean / the baseline's mean, HELM's normalized
   score), or the AlgoPerf performance profile score (below). The summary is sorted by it.
@@ -29,6 +30,7 @@ from harness.ranking.groups import Group, GroupRules, build_group, group_rows, m
 from harness.ranking.outcomes import fastest_hits, select_tuned, sweep_sizes
 from harness.ranking.records import MethodSummary, Ranking, RankRow
 from harness.ranking.stats import BOOTSTRAP_MIN_N
+from harness.ranking.ties import with_tie_groups
 from harness.registry import METRICS
 from harness.spec.schema import Aggregate, RankSpec
 
@@ -77,6 +79,7 @@ def rank(
     methods = sorted({o.method for o in tuned})
     profiles = _profiles(groups, methods) if target else {}
     summary = _summarize(rows, baseline, profiles, spec.aggregate, direction)
+    rows, summary = with_tie_groups(rows, summary, groups, spec.alpha, direction)
     return Ranking(
         metric=metric,
         direction=direction,

@@ -61,6 +61,8 @@ class RankRow:
     time_to_target: float | None = None
     time_ci_low: float | None = None
     time_ci_high: float | None = None
+    tie_group: str | None = None
+    """The ranks the tests allow ("1-3"; `harness.ranking.ties`); `rank` is the strict one."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class MethodSummary:
     """Mean over groups of the method's mean / the baseline's mean (None if either is missing)."""
     profile_steps: float | None = None
     profile_time: float | None = None
+    tie_group: str | None = None
+    """The overall ranks the tests allow (`harness.ranking.ties`)."""
 
 
 @dataclass(frozen=True)

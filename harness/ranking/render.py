@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal, TypeGuard
 
 from harness.ranking.records import Ranking
 from harness.ranking.table import Table, findings_table, tables
+from harness.repro import rerun_trial
 
 if TYPE_CHECKING:
     import rich.table
@@ -119,9 +120,14 @@ def to_csv(ranking: Ranking) -> str:
     return out.getvalue()
 
 
-def to_json(ranking: Ranking) -> str:
-    """The ranking's records, and its tables as values and display strings."""
+def to_json(ranking: Ranking, suite_path: str | None = None) -> str:
+    """The ranking's records, and its tables as values and display strings; with the suite's
+    file, each ranked trial carries the `command` that reruns it (`harness.repro`)."""
     data = ranking.to_dict()
+    if suite_path is not None:
+        for row in data["rows"]:
+            for trial in row["trials"]:
+                trial["command"] = rerun_trial(suite_path, row | trial)
     data["tables"] = [table.to_dict() for table in all_tables(ranking)]
     return json.dumps(data, indent=2)
 

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 MIN, MAX = Direction.MIN, Direction.MAX
 EMPTY = "\u2013"  # an en dash
+TIE_GROUP = "tie group"
+"""The ranks the tests allow, e.g. "1-3" (`harness.ranking.ties`)."""
 NEVER = "never"
 CI_NAMES = {"t": "t-interval", "bootstrap": "percentile bootstrap", "bca": "BCa bootstrap"}
 
@@ -128,6 +130,7 @@ def group_header(ranking: Ranking) -> list[Column]:
     direction = ranking.direction
     header = [
         Column("rank", "rank", MIN),
+        Column("tie_group", TIE_GROUP),
         Column("method", "method"),
         Column("mean", "mean", direction),
         Column("ci", ci_label(ranking)),
@@ -183,6 +186,7 @@ def row_cells(row: RankRow, ranking: Ranking) -> list[Cell]:
         verdict_text = verdict or EMPTY
     cells = [
         Cell(row.rank, str(row.rank)),
+        text(row.tie_group),
         _method(row),
         _mean(row),
         _half_width(row),
@@ -241,6 +245,7 @@ def overall_table(ranking: Ranking) -> Table:
     """The methods' standing over every group, sorted by `rank.aggregate`."""
     header = [
         Column("position", "position", MIN),
+        Column("tie_group", TIE_GROUP),
         Column("method", "method"),
         Column("mean_win_rate", "mean win rate", MAX),
         Column("mean_rank", "mean rank", MIN),
@@ -257,6 +262,7 @@ def overall_table(ranking: Ranking) -> Table:
     for position, summary in enumerate(ranking.summary, start=1):
         cells = [
             Cell(position, str(position)),
+            text(summary.tie_group),
             text(summary.method),
             number(summary.mean_win_rate, ".3f"),
             number(summary.mean_rank, ".2f"),

@@ -187,7 +187,7 @@ def task_fingerprint(spec: dict[str, Any]) -> str:
     return entry.fingerprint(section(entry, spec))
 
 
-ONLY_FIELDS = ("method", "model", "task", "seed")
+ONLY_FIELDS = ("method", "model", "task", "seed", "key")
 
 
 class SelectionError(ValueError):
@@ -195,22 +195,43 @@ class SelectionError(ValueError):
 
 
 def select_trials(trials: list[PlannedTrial], only: str) -> list[PlannedTrial]:
-    """The trials whose FIELD is one of the names of `only` = "FIELD=NAME[,NAME...]".
+    """The trials matching `only` = "FIELD=NAME[,NAME...][,FIELD=NAME...]": a trial is kept when,
+    for every FIELD named, its value is one of that field's names (`method=a,b,seed=0` keeps the
+    seed-0 trials of a and b; `key=` names a trial by its full key, e.g. one sweep point).
 
     Names match exactly (model=gpt-12l never selects gpt-12l-untied); a name the plan does not
     have raises SelectionError with the closest known name.
     """
-    field, sep, values = only.partition("=")
-    field, names = field.strip(), [name.strip() for name in values.split(",")]
-    if field not in ONLY_FIELDS or not sep or not all(names):
-        raise SelectionError(
-            f"--only expects FIELD=NAME[,NAME] with FIELD one of {', '.join(ONLY_FIELDS)}: {only!r}"
-        )
-    known = list(dict.fromkeys(str(getattr(trial, field)) for trial in trials))
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise SelectionError(f"--only {only}: {unknown_names(field, unknown, known)}")
-    return [trial for trial in trials if str(getattr(trial, field)) in names]
+    kept = trials
+    for field, names in parse_only(only).items():
+        known = list(dict.fromkeys(str(getattr(trial, field)) for trial in trials))
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise SelectionError(f"--only {only}: {unknown_names(field, unknown, known)}")
+        kept = [trial for trial in kept if str(getattr(trial, field)) in names]
+    return kept
+
+
+def parse_only(only: str) -> dict[str, list[str]]:
+    """`--only`'s names by field: a comma-separated item with `=` starts a field, one without
+    adds a name to the field before it."""
+    found: dict[str, list[str]] = {}
+    field = None
+    for item in only.split(","):
+        name, sep, value = item.partition("=")
+        if sep:
+            field, item = name.strip(), value
+            if field not in ONLY_FIELDS or field in found:
+                field = None
+            else:
+                found[field] = []
+        if field is None or not item.strip():
+            raise SelectionError(
+                f"--only expects FIELD=NAME[,NAME][,FIELD=NAME] with FIELD one of "
+                f"{', '.join(ONLY_FIELDS)}: {only!r}"
+            )
+        found[field].append(item.strip())
+    return found
 
 
 def unknown_names(field: str, unknown: list[str], known: list[str]) -> str:

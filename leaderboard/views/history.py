@@ -8,7 +8,7 @@ import streamlit as st
 from leaderboard import data
 from leaderboard.charts import trend_plot
 from leaderboard.state import Context, current, run_boards
-from leaderboard.tables import ALERT_KINDS, alerts_on_history, history_frame
+from leaderboard.tables import ALERT_KINDS, alerts_on_history, dashed, history_frame
 
 ALERT_TABLE = ["id", "run", "task", "model", "method", "metric", "kind", "direction"]
 NUMBERS = ["old_mean", "new_mean", "delta", "percent", "p_value", "z", "acknowledged"]
@@ -46,7 +46,7 @@ def render(context: Context) -> None:
     group_alerts = alerts[(alerts["task"] == group[0]) & (alerts["model"] == group[1])]
     st.plotly_chart(trend_plot(in_group, group_alerts, metric))
     st.subheader(f"Alerts ({len(alerts)})")
-    st.dataframe(alerts[ALERT_TABLE + NUMBERS], hide_index=True)
+    st.dataframe(dashed(alerts[ALERT_TABLE + NUMBERS]), hide_index=True)
 
 
 render(current())

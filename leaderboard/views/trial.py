@@ -6,11 +6,14 @@ import pandas as pd
 import streamlit as st
 
 from harness.core import point_label
+from harness.repro import rerun_trial
+from harness.store.db import redact
+from harness.store.models import Trial
 from leaderboard import data
-from leaderboard.charts import learning_curves
-from leaderboard.filters import select
-from leaderboard.links import mlflow_base_url, mlflow_run_url, trial_page_url
-from leaderboard.state import Context, current, families
+from leaderboard.charts import curve_metric, learning_curves
+from leaderboard.links import mlflow_base_url, mlflow_run_url, suite_file, trial_page_url
+from leaderboard.state import Context, current, last_declaration, selected_trials
+from leaderboard.tables import dashed
 from leaderboard.text import plain
 
 TIMINGS = ["steps_done", "tokens", "train_time_s", "eval_time_s", "wall_time_s", "attempts"]
@@ -30,15 +33,6 @@ def render(context: Context) -> None:
         st.error(f"No trial with key {key} is stored.")
         return
     show(context, detail)
-
-
-def selected_trials(context: Context) -> pd.DataFrame:
-    """Stored trials of the sidebar's selection (every sweep point), in the order run."""
-    suite, selection = context.suite, context.selection
-    method_families = families(suite, selection.baseline)
-    chosen = select(suite.outcomes, selection, suite.run_of, method_families, suite.nightly)
-    listing = data.trials(context.engine, selection.suite)
-    return listing[listing["key"].isin({o.key for o in chosen})].reset_index(drop=True)
 
 
 def label(row: pd.Series) -> str:
@@ -91,13 +85,17 @@ def show(context: Context, detail: data.TrialDetail) -> None:
         st.code(trial.error, language="text")
     metrics, timings = st.columns(2)
     metrics.dataframe(
-        pd.DataFrame(sorted(detail.results.items()), columns=["metric", "value"]), hide_index=True
+        dashed(pd.DataFrame(sorted(detail.results.items()), columns=["metric", "value"])),
+        hide_index=True,
     )
     timings.dataframe(
-        pd.DataFrame([(name, getattr(trial, name)) for name in TIMINGS], columns=["", "value"]),
+        dashed(
+            pd.DataFrame([(name, getattr(trial, name)) for name in TIMINGS], columns=["", "value"])
+        ),
         hide_index=True,
     )
     curve(context, trial.key, f"{trial.method} seed {trial.seed}")
+    repro(context, trial)
     config, environment = st.columns(2)
     config.markdown("**Resolved config**")
     config.json(trial.config, expanded=False)
@@ -106,12 +104,31 @@ def show(context: Context, detail: data.TrialDetail) -> None:
 
 
 def curve(context: Context, key: str, name: str) -> None:
-    metric = context.selection.metric
-    series = data.series(context.engine, [key], metric)
-    if series.empty:
-        st.caption(f"No {plain(metric)} series is stored for this trial.")
+    """The ranked metric's series, else the tuning metric's, else val_loss's, saying which."""
+    ranked = context.selection.metric
+    declared = last_declaration(context.suite)
+    tuned = declared.rank.tune_metric if declared else None
+    metric = curve_metric(data.series_names(context.engine, [key]), [ranked, tuned, "val_loss"])
+    if metric is None:
+        st.caption("No metric series is stored for this trial.")
         return
+    if metric != ranked:
+        st.caption(f"No {plain(ranked)} series is stored for this trial: showing {plain(metric)}.")
+    series = data.series(context.engine, [key], metric)
     st.plotly_chart(learning_curves(series.assign(method=name), metric, "step"))
+
+
+def repro(context: Context, trial: Trial) -> None:
+    """The command that reruns this trial (`harness.repro`), from the suite's file if found."""
+    path = suite_file(trial.suite)
+    record = {name: getattr(trial, name) for name in ("method", "model", "task", "seed")}
+    command = rerun_trial(
+        path or "SUITE.yaml", record | {"sweep": trial.sweep, "key": trial.key}, redact(context.url)
+    )
+    st.markdown("**Rerun this trial**")
+    st.code(command, language="bash", wrap_lines=True)
+    if path is None:
+        st.caption(f"No file under suites/ declares `suite: {plain(trial.suite)}`: name yours.")
 
 
 render(current())
