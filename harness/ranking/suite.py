@@ -101,8 +101,11 @@ def trivial_levels(tasks: Mapping[str, Mapping[str, Any]]) -> tuple[TrivialLevel
 
 
 def planned(engine: Engine, suite: Suite, trials: list[PlannedTrial]) -> RankPlan:
-    """What to rank of a suite file planned as `trials`, with why some have no stored result."""
-    notes = tuple(unstored_notes(engine, trials))
+    """What to rank of a suite file planned as `trials`, with why some have no stored result.
+    Under sequential seeds only the initial seeds are owed: a later seed runs only when a look
+    asks for it, so its absence needs no reason."""
+    owed = [t for t in trials if suite.schedule is None or t.seed < suite.schedule.initial]
+    notes = tuple(unstored_notes(engine, owed))
     return plan_of(suite, [trial.key for trial in trials], notes)
 
 
