@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -56,10 +57,11 @@ def test_the_leaderboard_and_findings_pages_in_chromium(chromium: None, tmp_path
         page.wait_for_selector(TABLE, timeout=START_TIMEOUT_S * 1000)
         findings = page.locator(TABLE).first
         # All suites, by verdict (record_claims gives the tiny suite the claims too)
+        # (the tiny suite's post-ln diverges on a seed: its verdicts read "... (failures)")
         verdicts = ["reproduced", "reproduced", "contradicted", "contradicted"]
         for row, expected in enumerate(verdicts):
             cell = findings.locator(f'[data-testid="glide-cell-{verdict}-{row}"]')
-            expect(cell).to_have_text(expected)
+            expect(cell).to_have_text(re.compile(f"^{expected}( \\(failures\\))?$"))
         assert findings.bounding_box()["width"] <= 1400 - 300  # beside the sidebar, no scroll
         page.locator('[data-testid="stRadioOption"]').filter(has_text="claims").click()
         one_suite = findings.locator(f'[data-testid="glide-cell-{verdict - 1}-1"]')
