@@ -4,7 +4,7 @@ ranking; exit 1 when a trial has no valid result."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
+from functools import cache, partial
 from typing import Annotated, Any
 
 import typer
@@ -32,64 +32,79 @@ from harness.spec.schema import SlurmSpec
 BACKENDS = ("local", "ray", "slurm")
 
 
+OnlyOption = Annotated[str | None, typer.Option(help="method=NAME,... (or model=, task=, seed=)")]
+BackendOption = Annotated[
+    str,
+    typer.Option(help="local (--workers processes here), ray or slurm (as the cluster allows)."),
+]
+RayAddressOption = Annotated[
+    str | None, typer.Option(help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).")
+]
+RayRetriesOption = Annotated[
+    int, typer.Option("--ray-max-retries", min=0, help="Ray retries of a dead worker.")
+]
+SlurmArrayOption = Annotated[
+    int | None, typer.Option(min=1, help="Trials queued or running on Slurm at once.")
+]
+SbatchOption = Annotated[
+    list[str] | None, typer.Option(help="Another sbatch flag as KEY=VALUE (repeatable).")
+]
+
+
 @app.command()
 def run(
     suite_path: SuiteArg,
     db: DbOption = None,
     workers: WorkersOption = 1,
-    only: Annotated[
-        str | None, typer.Option(help="method=NAME,... (or model=, task=, seed=)")
-    ] = None,
+    only: OnlyOption = None,
     force: Annotated[bool, typer.Option(help="Rerun trials that already have a result.")] = False,
     retry_failed: Annotated[bool, typer.Option(help="Rerun failed and timed-out trials.")] = False,
     no_mlflow: NoMlflowOption = False,
-    backend: Annotated[
-        str,
-        typer.Option(
-            help="local (--workers processes here), ray or slurm (as the cluster allows)."
-        ),
-    ] = "local",
-    ray_address: Annotated[
-        str | None, typer.Option(help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).")
-    ] = None,
-    retries: Annotated[
-        int, typer.Option("--ray-max-retries", min=0, help="Ray retries of a dead worker.")
-    ] = 1,
+    backend: BackendOption = "local",
+    ray_address: RayAddressOption = None,
+    retries: RayRetriesOption = 1,
     slurm_partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
     slurm_account: Annotated[str | None, typer.Option(help="Slurm account.")] = None,
     slurm_qos: Annotated[str | None, typer.Option(help="Slurm quality of service.")] = None,
-    slurm_array_parallelism: Annotated[
-        int | None, typer.Option(min=1, help="Trials queued or running on Slurm at once.")
-    ] = None,
-    sbatch: Annotated[
-        list[str] | None, typer.Option(help="Another sbatch flag as KEY=VALUE (repeatable).")
-    ] = None,
+    slurm_array_parallelism: SlurmArrayOption = None,
+    sbatch: SbatchOption = None,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
     if backend not in BACKENDS:
         raise fail(f"--backend must be local, ray or slurm (got '{backend}')")
     suite = load(suite_path)
     engine = open_db(db)
-    if backend == "ray":
-        executor = ray_executor(suite, ray_address, retries)
-    elif backend == "slurm":
-        flags = {
-            "partition": slurm_partition,
-            "account": slurm_account,
-            "qos": slurm_qos,
-            "array_parallelism": slurm_array_parallelism,
-        }
-        executor = slurm_executor(suite, slurm_settings(suite.slurm, flags, sbatch or []))
-    else:
-        from harness.runner.local import local_executor
-
-        executor = local_executor(workers)
+    flags = {
+        "partition": slurm_partition,
+        "account": slurm_account,
+        "qos": slurm_qos,
+        "array_parallelism": slurm_array_parallelism,
+    }
+    slurm = partial(slurm_settings, suite.slurm, flags, sbatch or [])
+    executor = executor_for(suite, backend, workers, (ray_address, retries), slurm)
     options = RunOptions(only=only, force=force, retry_failed=retry_failed)
     tracker = None if no_mlflow else mlflow_tracker(engine)
     outcome = execute(suite, executor, engine, tracker, options)
     print_ranking(build_ranking(suite, engine))
     if outcome.failed:
         raise typer.Exit(1)
+
+
+def executor_for(
+    suite: Suite,
+    backend: str,
+    workers: int,
+    ray: tuple[str | None, int],
+    slurm: Callable[[], SlurmSpec],
+) -> Executor:
+    """The backend's executor: `ray` is (address, retries), `slurm` gives the Slurm settings."""
+    if backend == "ray":
+        return ray_executor(suite, *ray)
+    if backend == "slurm":
+        return slurm_executor(suite, slurm())
+    from harness.runner.local import local_executor
+
+    return local_executor(workers)
 
 
 def execute(
