@@ -1,19 +1,24 @@
 """What every subcommand shares: the Typer apps, the common options, and turning user errors
-into one red line and exit code 2 (SPEC section 10)."""
+into one red line and exit code 2 (SPEC section 10).
+
+The command modules import their libraries (SQLAlchemy and Alembic, Pydantic, numpy) inside
+the functions that use them, so `layerbench --help` loads none of them (issue 23)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from sqlalchemy import Engine
 
 from harness.console import errors
 from harness.logs import VERBOSE_ENV, log_file_beside, route_logs, written
-from harness.spec import Suite, SuiteError, load_suite
-from harness.store.db import DatabaseError, database_url, open_database
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from harness.spec import Suite
 
 app = typer.Typer(
     help="LayerBench: benchmark layerwise deep-learning methods.",
@@ -42,6 +47,8 @@ def main(
     ] = False,
 ) -> None:
     """LayerBench: benchmark layerwise deep-learning methods."""
+    from harness.store.db import database_url
+
     if verbose:
         os.environ[VERBOSE_ENV] = "1"
     route_logs(log_file_beside(database_url(None)))
@@ -60,6 +67,8 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def load(path: Path) -> Suite:
+    from harness.spec import SuiteError, load_suite
+
     def announce(plugins: list[str]) -> None:
         errors.print(
             f"[yellow]note:[/] {path} lists plugins; importing them runs their code: "
@@ -77,6 +86,8 @@ def load(path: Path) -> Suite:
 
 
 def open_db(url: str | None) -> Engine:
+    from harness.store.db import DatabaseError, database_url, open_database
+
     route_logs(log_file_beside(database_url(url)))  # third-party messages: beside the database
     try:
         return open_database(url)

@@ -11,13 +11,13 @@ import typer
 
 from harness.cli.common import DbOption, app, data_app, db_app, fail, load, open_db
 from harness.console import console, errors
-from harness.registry import FAMILIES
-from harness.runner.plan import plan_suite
 
 
 @app.command()
 def validate(suites: Annotated[list[Path], typer.Argument(help="Suite files.")]) -> None:
     """Check suites without running anything."""
+    from harness.runner.plan import plan_suite
+
     for path in suites:
         suite = load(path)
         console.print(f"[green]ok[/] {path}: {len(plan_suite(suite))} trials")
@@ -28,6 +28,8 @@ def methods(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
 ) -> None:
     """List every registered method, model, task and metric."""
+    from harness.registry import FAMILIES
+
     listing = {
         family: [
             {

@@ -13,10 +13,9 @@ import typer
 from harness.cli.common import DbOption, NoMlflowOption, WorkersOption, app, fail, load, open_db
 from harness.cli.run import mlflow_tracker
 from harness.console import RichProgress, console, errors
-from harness.ranking.table import EMPTY
-from harness.spec import Suite
 
 if TYPE_CHECKING:
+    from harness.spec import Suite
     from harness.store.models import Alert
 
 SuitesDir = Annotated[Path, typer.Argument(help="A folder of suite files.")]
@@ -191,6 +190,8 @@ def alerts(
 
 
 def alert_line(a: Alert) -> str:
+    from harness.ranking.table import EMPTY
+
     change = "" if a.delta is None else f" {a.old_mean:.4g} -> {a.new_mean:.4g}"
     z = a.detail.get("z", EMPTY) if a.z is None else f"{a.z:.3g}"  # +-inf: no spread
     extra = "" if a.p_value is None else f" p={a.p_value:.3g} z={z}"

@@ -7,20 +7,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from sqlalchemy import Engine
 
 from harness.cli.common import DbOption, SuiteArg, app, fail, load, open_db
 from harness.console import console
 from harness.core import Status
-from harness.records import PlannedTrial
-from harness.registry import RegistryError
-from harness.runner.plan import plan_suite
-from harness.spec import Suite
-from harness.store.queries import status_counts, stored_outcomes, trial_statuses
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     from harness.ranking import Ranking
     from harness.ranking.suite import RankPlan
+    from harness.records import PlannedTrial
+    from harness.spec import Suite
 
 TUNING_RULES = {
     "per_method": "per method, the sweep point with the best mean {metric} over its seeds",
@@ -32,6 +30,9 @@ TUNING_RULES = {
 def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     """Print the suite's trials (every sweep point), which are stored, their value of the ranking
     metric, and (*) the sweep points that `rank` reports (`rank.tuning`)."""
+    from harness.runner.plan import plan_suite
+    from harness.store.queries import trial_statuses
+
     suite = load(suite_path)
     trials, metric = plan_suite(suite), suite.rank.metric
     engine = open_db(db)
@@ -72,6 +73,7 @@ def plan_lines(
     """One line per trial: key, status, value of the ranking metric, tuned mark, label."""
     from harness.ranking import metric_value, select_tuned
     from harness.registry import METRICS
+    from harness.store.queries import stored_outcomes
 
     metric = suite.rank.metric
     tune_metric = suite.rank.tune_metric or metric
@@ -94,6 +96,7 @@ def current_plan(suite: Suite, engine: Engine) -> RankPlan:
     """What `rank` ranks of a suite file: its trials as planned now (and why some have no
     stored result)."""
     from harness.ranking.suite import planned
+    from harness.runner.plan import plan_suite
 
     return planned(engine, suite, plan_suite(suite))
 
@@ -104,6 +107,7 @@ def build_ranking(
     """The ranking of the suite's current trials (`harness.ranking.suite.rank_suite`: the last
     nightly run's when it is newer than `layerbench run`'s)."""
     from harness.ranking.suite import RankOverrides, rank_suite
+    from harness.registry import RegistryError
 
     overrides = RankOverrides(metric=metric, all_points=all_points)
     try:
@@ -174,6 +178,7 @@ def report(
 ) -> None:
     """Write a markdown report of the suite's stored results with static figures (PNG), or with
     --html one HTML file with interactive figures that opens without a server or network."""
+    from harness.registry import RegistryError
     from leaderboard.html_report import report_command, write_html
     from leaderboard.report import ReportError, write_report
 
@@ -196,6 +201,7 @@ def status(db: DbOption = None) -> None:
     """Trials stored per suite and status, and those no longer current here (superseded by a
     version change, or their data not installed)."""
     from harness.store.coverage import stale_counts, stale_trials
+    from harness.store.queries import status_counts
 
     engine = open_db(db)
     rows = status_counts(engine)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache, partial
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from sqlalchemy import Engine
 
 from harness.cli.common import (
     DbOption,
@@ -22,12 +21,14 @@ from harness.cli.common import (
 )
 from harness.cli.rank import build_ranking, print_ranking
 from harness.console import RichProgress, console
-from harness.runner.backend import Executor
-from harness.runner.plan import SelectionError
-from harness.service import RunOptions, RunPlan, SuiteRunResult, Tracker, run_suite
-from harness.service.run import Display
-from harness.spec import Suite
-from harness.spec.schema import SlurmSpec
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from harness.runner.backend import Executor
+    from harness.service import RunOptions, RunPlan, SuiteRunResult, Tracker
+    from harness.spec import Suite
+    from harness.spec.schema import SlurmSpec
 
 BACKENDS = ("local", "ray", "slurm")
 
@@ -70,6 +71,8 @@ def run(
     sbatch: SbatchOption = None,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
+    from harness.service import RunOptions
+
     if backend not in BACKENDS:
         raise fail(f"--backend must be local, ray or slurm (got '{backend}')")
     suite = load(suite_path)
@@ -115,8 +118,11 @@ def execute(
     options: RunOptions,
 ) -> SuiteRunResult:
     """`run_suite` with the console's display; a bad `--only`, no Ray or no Slurm exits 2."""
+    from harness.runner.plan import SelectionError
     from harness.runner.ray_backend import RayUnavailableError
     from harness.runner.slurm_backend import SlurmUnavailableError
+    from harness.service import run_suite
+    from harness.service.run import Display
 
     display = Display(announce=announce, progress=RichProgress, look=show_look)
     try:
