@@ -11,12 +11,13 @@ what runs and releases those claims.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from harness.records import PlannedTrial, TrialResult
 
@@ -126,3 +127,19 @@ def renew_leases(leases: Iterable[Lease], ledger: Ledger) -> None:
         if time.monotonic() - lease.last_heartbeat > HEARTBEAT_EVERY_S:
             ledger.heartbeat(lease.trial)
             lease.last_heartbeat = time.monotonic()
+
+
+def run_in_worker(config: dict[str, Any], threads: int) -> TrialResult:
+    """A trial in a cluster worker's fresh process (a Ray task, a Slurm job): `threads` intra-op
+    threads, third-party output quieted, and `cuda:N` read as `cuda`, since the scheduler shows
+    the worker only the GPUs it was given."""
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    import torch
+
+    from harness.runner.trial import quiet_libraries, run_trial
+
+    if config["device"].startswith("cuda:"):
+        config = {**config, "device": "cuda"}
+    torch.set_num_threads(threads)
+    quiet_libraries()
+    return run_trial(config)

@@ -29,6 +29,7 @@ from harness.runner.backend import (
     claim_next,
     record,
     renew_leases,
+    run_in_worker,
 )
 from harness.spec.schema import ResourcesSpec
 
@@ -95,16 +96,7 @@ def ray_trial(key: str, config: dict[str, Any], threads: int, starts: Queue) -> 
     import socket
 
     starts.put((key, os.getpid(), socket.gethostname()))
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    import torch
-
-    from harness.runner.trial import quiet_libraries, run_trial
-
-    if config["device"].startswith("cuda:"):  # Ray shows the task only the GPU it was given
-        config = {**config, "device": "cuda"}
-    torch.set_num_threads(threads)
-    quiet_libraries()
-    return run_trial(config)
+    return run_in_worker(config, threads)
 
 
 def ray_executor(

@@ -14,7 +14,6 @@ else is `failed` with Slurm's state as the reason. submitit: https://github.com/
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import signal
 import subprocess
@@ -38,6 +37,7 @@ from harness.runner.backend import (
     claim_next,
     record,
     renew_leases,
+    run_in_worker,
 )
 from harness.spec.schema import ResourcesSpec, SlurmSpec
 
@@ -129,16 +129,7 @@ def slurm_trial(config: dict[str, Any], threads: int) -> TrialResult:
     whatever code runs; a trial has no checkpoint to resume from, so the warning is ignored and
     Slurm's own limit ends the job (`TIMEOUT`), which the driver stores as `timeout`."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    import torch
-
-    from harness.runner.trial import quiet_libraries, run_trial
-
-    if config["device"].startswith("cuda:"):  # Slurm shows the job only the GPUs it was given
-        config = {**config, "device": "cuda"}
-    torch.set_num_threads(threads)
-    quiet_libraries()
-    return run_trial(config)
+    return run_in_worker(config, threads)
 
 
 def slurm_executor(
