@@ -310,16 +310,7 @@ def findings(
     checks = [
         _decide(claims[c.claim], c, adjusted.get(i), alpha, each) for i, c in enumerate(pending)
     ]
-    return [
-        _finding(
-            index,
-            claim,
-            baseline,
-            metric,
-            [c for c, p in zip(checks, pending, strict=True) if p.claim == index],
-        )
-        for index, claim in enumerate(claims)
-    ]
+    return _by_claim(claims, pending, checks, baseline, metric)
 
 
 def _sequential_findings(
@@ -353,6 +344,17 @@ def _sequential_findings(
         _decide(claims[c.claim], c, None, alpha, alpha, decisions.get(i))
         for i, c in enumerate(pending)
     ]
+    return _by_claim(claims, pending, checks, baseline, metric)
+
+
+def _by_claim(
+    claims: Sequence[Claim],
+    pending: list[_Pending],
+    checks: list[RecipeCheck],
+    baseline: str | None,
+    metric: str,
+) -> list[Finding]:
+    """One finding per claim, holding the checks (per recipe) that belong to it."""
     return [
         _finding(
             index,
