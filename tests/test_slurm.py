@@ -24,7 +24,7 @@ import pytest
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.models import MetricPoint
-from tests.factories import ROOT, count, invoke, run_process, trials_by_key
+from tests.factories import ROOT, count, invoke, run_process, run_processes, trials_by_key
 from tests.test_ray import final_metrics
 
 pytest.importorskip("submitit")
@@ -70,6 +70,8 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 ReturnToService=2
+SlurmdParameters=config_overrides
+DefMemPerCPU={memory_per_cpu_mb}
 MinJobAge=600
 KillWait=5
 InactiveLimit=0
@@ -79,6 +81,12 @@ AccountingStorageType=accounting_storage/none
 NodeName=node0 NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
 PartitionName=test Nodes=node0 Default=YES MaxTime=INFINITE State=UP
 """
+
+
+# Job slots on the node: the held trials (the overdue one, the one the cancel test waits in) only
+# sleep, so the node offers more slots than the machine has cores (`config_overrides` keeps
+# slurmd from draining it for that), and a test's two trials run beside a held one, not after it.
+SLOTS = max(4, os.cpu_count() or 1)
 
 
 class Cluster(NamedTuple):
@@ -133,8 +141,11 @@ def start_daemons(directory: Path) -> Path:
             dir=directory,
             ctld_port=free_port(),
             d_port=free_port(),
-            cpus=os.cpu_count() or 1,
+            cpus=SLOTS,
             memory_mb=memory_mb(),
+            # without a default, a job that asks for no memory is given the node's whole memory
+            # and every other job waits for it (the overdue trial held the node for 90 s)
+            memory_per_cpu_mb=memory_mb() // SLOTS,
         )
     )
     subprocess.run(["slurmctld", "-f", str(conf), "-i"], check=True)
@@ -146,11 +157,27 @@ def stop_daemons(directory: Path) -> None:
     """Cancel what still runs (a test that failed midway), then stop the daemons."""
     conf = {**os.environ, "SLURM_CONF": str(directory / "slurm.conf")}
     subprocess.run(["scancel", "--full", "--user=root"], env=conf, check=False, timeout=30)
-    time.sleep(6)  # KillWait 5 s: the jobs' processes end before slurmd does
+    wait_no_jobs(conf)  # the jobs' processes end (KillWait 5 s) before slurmd does
     for pidfile in ("slurmd.pid", "slurmctld.pid", "munge.pid"):
         path = directory / pidfile
         if path.exists():
             subprocess.run(["kill", path.read_text().strip()], check=False)
+
+
+def wait_no_jobs(env: dict[str, str], timeout_s: float = 10) -> None:
+    """Until squeue shows no job running or ending (or `timeout_s`: the daemons stop anyway)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        shown = subprocess.run(
+            ["squeue", "--noheader", "--states=RUNNING,COMPLETING,PENDING", "--format=%i"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        if shown.returncode == 0 and not shown.stdout.strip():
+            return
+        time.sleep(0.2)
 
 
 def wait_idle(conf: Path, timeout_s: float = 60) -> None:
@@ -201,8 +228,11 @@ def suite_file(
     methods: str,
     seeds: str = "[0, 1]",
     name: str = "tiny",
-    limit: float = 120,
+    limit: float = 300,
 ) -> Path:
+    """A suite of tiny trials. submitit asks Slurm for SIGUSR2 90 s before a job's limit, which
+    ends a job still unpickling its trial (importing torch): the limit leaves a loaded machine
+    minutes for that."""
     body = "\n".join(f"  {line}" for line in methods.strip().splitlines())
     path = directory / f"{name}.yaml"
     folder = directory / "jobs"
@@ -246,12 +276,14 @@ def overdue(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def test_slurm_and_local_store_identical_metrics(slurm: Cluster, tmp_path: Path) -> None:
     suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
     on_slurm, local = f"sqlite:///{tmp_path / 'slurm.db'}", f"sqlite:///{tmp_path / 'local.db'}"
-    ran = run_process("run", str(suite), "--db", on_slurm, "--backend", "slurm")
-    assert ran.returncode == 0, ran.stdout + ran.stderr
     # one thread per trial on both backends (a Slurm job asks for 1 CPU by default)
     workers = str(os.cpu_count() or 1)
-    ran = run_process("run", str(suite), "--db", local, "--no-mlflow", "--workers", workers)
-    assert ran.returncode == 0, ran.stderr
+    slurm_ran, local_ran = run_processes(  # at once: each waits on its own trials
+        ["run", str(suite), "--db", on_slurm, "--backend", "slurm"],
+        ["run", str(suite), "--db", local, "--no-mlflow", "--workers", workers],
+    )
+    assert slurm_ran.returncode == 0, slurm_ran.stdout + slurm_ran.stderr
+    assert local_ran.returncode == 0, local_ran.stderr
     assert len(final_metrics(on_slurm)) == 2
     assert final_metrics(on_slurm) == final_metrics(local)
     stored = trials_by_key(on_slurm).values()
