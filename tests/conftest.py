@@ -26,6 +26,13 @@ from tests.factories import (
 # address even when told 127.0.0.1; this Ray knob keeps every Ray of the tests on the loopback.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `finish_last` run after every other test, in their order: what they wait
+    for (Slurm's one-minute time limit) elapses while the others run."""
+    items.sort(key=lambda item: item.get_closest_marker("finish_last") is not None)
+
+
 # Factories of tests/factories.py as fixtures, for tests that take them as arguments.
 
 

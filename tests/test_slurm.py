@@ -198,9 +198,10 @@ def wait_idle(conf: Path, timeout_s: float = 60) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A one-node Slurm for the module; jobs see this tree and the pidfile plugin's folder."""
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A one-node Slurm, up until the session ends: the overdue trial's wait for Slurm's time
+    limit elapses while the other modules run (its test is marked `finish_last`)."""
     missing = [name for name in DAEMONS if shutil.which(name) is None]
     if missing or os.geteuid() != 0:
         pytest.skip(
@@ -212,15 +213,29 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         conf = start_daemons(directory)
         wait_idle(conf)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("SLURM_CONF", str(conf))
-            patch.setenv("HF_HUB_OFFLINE", "1")
-            patch.setenv("LAYERBENCH_TEST_PIDS", str(pids))
-            path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-            patch.setenv("PYTHONPATH", path)
-            yield Cluster(conf, pids)
+        yield Cluster(conf, pids)
     finally:
         stop_daemons(directory)
+
+
+def cluster_environment(cluster: Cluster, pids: Path) -> dict[str, str]:
+    """What a driver needs to submit to the cluster: jobs see this tree and `pids`, the
+    pidfile plugin's folder."""
+    return {
+        "SLURM_CONF": str(cluster.conf),
+        "HF_HUB_OFFLINE": "1",
+        "LAYERBENCH_TEST_PIDS": str(pids),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+
+
+@pytest.fixture(scope="module")
+def slurm(slurm_cluster: Cluster) -> Iterator[Cluster]:
+    """The cluster, with its environment set for this module's tests."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in cluster_environment(slurm_cluster, slurm_cluster.pids).items():
+            patch.setenv(name, value)
+        yield slurm_cluster
 
 
 def suite_file(
@@ -252,10 +267,11 @@ def driver(args: list[str], log: Path, **env: str) -> subprocess.Popen[str]:
         )
 
 
-@pytest.fixture(scope="module")
-def overdue(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Overdue]:
+@pytest.fixture(scope="session")
+def overdue(slurm_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Overdue]:
     """A trial held past its one-minute Slurm limit: started with the module's first test, as
-    Slurm checks limits only every 30 s or so and this takes about 90 s of waiting."""
+    Slurm checks limits only every 30 s or so and this takes about 90 s of waiting; its test
+    runs last in the session (`finish_last`), by when the wait is over."""
     directory = tmp_path_factory.mktemp("overdue")
     pids = directory / "pids"
     pids.mkdir()
@@ -266,7 +282,7 @@ def overdue(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     db = f"sqlite:///{directory / 'overdue.db'}"
     log = directory / "driver.log"
     args = ["run", str(suite), "--db", db, "--no-mlflow", "--backend", "slurm"]
-    process = driver(args, log, LAYERBENCH_TEST_PIDS=str(pids))
+    process = driver(args, log, **cluster_environment(slurm_cluster, pids))
     yield Overdue(process, db, log)
     if process.poll() is None:
         process.kill()
@@ -368,6 +384,7 @@ def test_a_slurm_and_a_local_driver_on_postgresql_never_run_a_trial_twice(
     assert sum(output.count("    done ") for output in outputs) == 4, outputs
 
 
+@pytest.mark.finish_last
 def test_a_trial_past_its_slurm_time_limit_is_a_timeout(overdue: Overdue) -> None:
     assert overdue.driver.wait(timeout=300) == 1, overdue.log.read_text()
     (trial,) = trials_by_key(overdue.db).values()
