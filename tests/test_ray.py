@@ -171,7 +171,7 @@ def test_a_ray_and_a_local_driver_on_postgresql_never_run_a_trial_twice(
 ) -> None:
     address, _ = ray_cluster
     suite = suite_file(tmp_path, "pre-ln: {}\nrms: {norm: {type: rmsnorm}}")
-    run_process("db", "upgrade", "--db", postgres_url, check=True)
+    assert invoke("db", "upgrade", "--db", postgres_url).exit_code == 0  # before the drivers race
     run = [sys.executable, "-m", "harness", "run", str(suite), "--db", postgres_url, "--no-mlflow"]
     commands = [[*run, "--backend", "ray", "--ray-address", address], run]
     drivers = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in commands]
