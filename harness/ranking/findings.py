@@ -188,9 +188,11 @@ class Finding:
 
     @property
     def claim(self) -> str:
-        """The claim in words, e.g. "post-ln worse than pre-ln on val_loss"."""
-        relation = f"ties (+-{self.margin:g})" if self.direction == "tie" else self.direction
-        return f"{self.method} {relation} than {self.than} on {self.metric}"
+        """The claim in words, e.g. "post-ln worse than pre-ln on val_loss", "rmsnorm ties
+        layernorm (+-0.03) on val_loss"."""
+        if self.direction == "tie":
+            return f"{self.method} ties {self.than} (+-{self.margin:g}) on {self.metric}"
+        return f"{self.method} {self.direction} than {self.than} on {self.metric}"
 
     @property
     def untested_on(self) -> list[str]:
