@@ -321,7 +321,7 @@ def job_of(pid: int) -> str:
 
 
 def wait_for_pid(pids: Path, driver: subprocess.Popen[str], log: Path) -> int:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # a loaded machine's job takes minutes to import torch
     while time.monotonic() < deadline:
         found = [p.name for p in pids.iterdir() if p.name.isdigit()]
         if found:
