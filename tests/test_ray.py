@@ -97,9 +97,8 @@ def test_ray_and_local_store_identical_metrics(
         "run", str(suite), "--db", on_ray, "--backend", "ray", "--ray-address=" + address
     )
     assert ran.returncode == 0, ran.stderr
-    # one thread per trial on both backends (a Ray task asks for 1 CPU by default)
-    workers = str(os.cpu_count() or 1)
-    ran = run_process("run", str(suite), "--db", local, "--no-mlflow", "--workers", workers)
+    # one thread per trial on both backends: the suite sets no `resources.cpus`
+    ran = run_process("run", str(suite), "--db", local, "--no-mlflow")
     assert ran.returncode == 0, ran.stderr
     assert len(final_metrics(on_ray)) == 2
     assert final_metrics(on_ray) == final_metrics(local)

@@ -248,9 +248,8 @@ def test_slurm_and_local_store_identical_metrics(slurm: Cluster, tmp_path: Path)
     on_slurm, local = f"sqlite:///{tmp_path / 'slurm.db'}", f"sqlite:///{tmp_path / 'local.db'}"
     ran = run_process("run", str(suite), "--db", on_slurm, "--backend", "slurm")
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    # one thread per trial on both backends (a Slurm job asks for 1 CPU by default)
-    workers = str(os.cpu_count() or 1)
-    ran = run_process("run", str(suite), "--db", local, "--no-mlflow", "--workers", workers)
+    # one thread per trial on both backends: the suite sets no `resources.cpus`
+    ran = run_process("run", str(suite), "--db", local, "--no-mlflow")
     assert ran.returncode == 0, ran.stderr
     assert len(final_metrics(on_slurm)) == 2
     assert final_metrics(on_slurm) == final_metrics(local)
