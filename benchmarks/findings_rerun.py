@@ -78,12 +78,19 @@ def main() -> None:
     parser.add_argument("--reuse", type=Path, required=True, help="the stored run (SQLite)")
     parser.add_argument("--db", type=Path, required=True, help="the rerun's database (SQLite)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="write the replayed path to --db and train nothing (the open comparisons stay open)",
+    )
     args = parser.parse_args()
     suite = load_suite(args.suite)
     keys = replayed_keys(suite, args.reuse)
     shutil.copyfile(args.reuse, args.db)
     dropped = keep_only(args.db, keys)
     print(f"{suite.suite}: {len(keys)} stored trials on the replayed path, {dropped} left out")
+    if args.replay_only:
+        return
     command = ["layerbench", "run", str(args.suite), "--db", f"sqlite:///{args.db}"]
     sys.exit(subprocess.call([*command, "--workers", str(args.workers)]))
 
