@@ -91,15 +91,13 @@ def cpu_minutes(finding: dict[str, Any]) -> float:
     return sum((c.get("sequential") or {}).get("cpu_s", 0.0) for c in finding["checks"]) / 60
 
 
-def trial_counts(db: Path) -> tuple[int, int]:
-    """(trials stored by the fixed-design run and reused, trials trained by the rerun)."""
-    with sqlite3.connect(db) as connection:
-        first = connection.execute("SELECT min(id) FROM suite_runs").fetchone()[0]
-        rows = connection.execute(
-            "SELECT suite_run_id = ?, count(*) FROM trials GROUP BY 1", (first,)
-        )
-        counts = dict(rows.fetchall())
-    return counts.get(1, 0), counts.get(0, 0)
+def trial_counts(db: Path, old_db: Path) -> tuple[int, int]:
+    """(trials of `db` the fixed-design run `old_db` stored too, i.e. reused; trials it lacks)."""
+    keys = [
+        {row[0] for row in sqlite3.connect(d).execute("SELECT key FROM trials")}
+        for d in (db, old_db)
+    ]
+    return len(keys[0] & keys[1]), len(keys[0] - keys[1])
 
 
 def table(db_dir: Path, old_suites: str, old_dbs: str) -> list[str]:
@@ -128,7 +126,7 @@ def table(db_dir: Path, old_suites: str, old_dbs: str) -> list[str]:
                     f"| `{name}` | {finding['claim']} | {recipes} | {seeds_text(finding)} | "
                     f"{cpu_minutes(finding):.0f} | **{finding['verdict_text']}** | {earlier} |"
                 )
-            reused, trained = trial_counts(db)
+            reused, trained = trial_counts(db, old_db)
             lines.append(
                 f"| `{name}` | (trials: {reused} reused from the fixed-design run, "
                 f"{trained} trained by the rerun) | | | | | |"
@@ -145,7 +143,6 @@ def sections(db_dir: Path) -> list[str]:
     lines = []
     for name in SUITES:
         suite, db = f"suites/findings/{name}.yaml", db_dir / f"findings-{name}.db"
-        reused, trained = trial_counts(db)
         lines += [
             f"### `{name}.yaml`",
             "",
@@ -154,8 +151,6 @@ def sections(db_dir: Path) -> list[str]:
             f"    --reuse <the fixed-design run> --db docs/results/data/findings-{name}.db",
             f"layerbench rank {suite} --format md --db sqlite:///docs/results/data/findings-{name}.db",
             "```",
-            "",
-            f"{reused} trials reused from the fixed-design run, {trained} trained by the rerun.",
             "",
             rank(ROOT / suite, db, "md").strip(),
             "",

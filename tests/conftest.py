@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from multiprocessing import forkserver
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,13 @@ def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     )
     monkeypatch.delenv("LAYERBENCH_VERBOSE", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+@pytest.fixture
+def fresh_server() -> Iterator[None]:
+    """No fork server left over from another test: run_local starts one warmed for this suite."""
+    forkserver._forkserver._stop()  # type: ignore[attr-defined]
+    yield
 
 
 @pytest.fixture

@@ -364,6 +364,40 @@ def _trial_columns(trial: PlannedTrial, result: TrialResult, suite_run_id: int) 
     }
 
 
+# Running trials
+
+
+class MemoryLedger:
+    """A ledger that lets this runner claim every trial and keeps the results."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, TrialResult] = {}
+
+    def claim(self, trial: PlannedTrial) -> bool:
+        return True
+
+    def heartbeat(self, trial: PlannedTrial) -> None:
+        pass
+
+    def finish(self, trial: PlannedTrial, result: TrialResult) -> None:
+        self.results[trial.key] = result
+
+    def release(self, trial: PlannedTrial) -> None:
+        pass
+
+
+def stored(result: TrialResult) -> tuple[object, ...]:
+    """What the store keeps of a trial, less its timings and environment."""
+    return (
+        result.status,
+        result.final | {"tokens_per_s": None},
+        [(p.step, p.tokens, p.metrics) for p in result.series],
+        result.layer_stats,
+        result.steps_done,
+        result.tokens,
+    )
+
+
 # Running `layerbench`
 
 
