@@ -24,8 +24,9 @@ $(STAMP): pyproject.toml Makefile
 demo: install
 	$(VENV)/bin/layerbench run suites/quickstart.yaml --workers 2
 
+# Two pytest workers, a test file each at a time (module fixtures built once, on one worker).
 test: install postgres chromium slurm
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 # The quick loop: everything but real trials, subprocesses and the app (under a minute).
 test-fast: install

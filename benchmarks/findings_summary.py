@@ -81,8 +81,9 @@ def seeds_text(finding: dict[str, Any]) -> str:
         if seq is None:
             parts.append(f"{check['model']}: n = {check['n']} (not tested: no seeds added)")
             continue
-        state = seq["stopped"] or "open"
-        parts.append(f"{check['model']}: n = {seq['n']}, {seq['looks']} looks, {state}")
+        state = seq["stopped"] or "open (more seeds would be added)"
+        looks = f"{seq['looks']} look{'s' if seq['looks'] != 1 else ''}"
+        parts.append(f"{check['model']}: n = {seq['n']}, {looks}, {state}")
     return "; ".join(parts)
 
 
