@@ -78,21 +78,21 @@ def stored_outcomes(
 
     Only the columns ranking needs are read (not configs or environments), as Core rows (no ORM
     objects), in chunks of `OUTCOME_CHUNK` keys, so a leaderboard of 100,000 trials loads
-    quickly: rows are unpacked as tuples, and each distinct sweep's JSON text is decoded once
-    (`Sweeps`)."""
+    quickly: rows are fetched all at once and unpacked, and each distinct sweep's JSON text is
+    decoded once (`Sweeps`)."""
     records: list[TrialOutcome] = []
     sweeps = Sweeps()
     with engine.connect() as connection:
         for chunk in chunks(keys, OUTCOME_CHUNK):
             # the status is tested here, not in SQL: with both, SQLite may scan the status index
             rows = connection.execute(select(*OUTCOME_COLUMNS).where(Trial.key.in_(chunk)))
-            trials = [trial for trial in rows.tuples() if trial[5] in FINAL]
+            trials = [trial for trial in rows.all() if trial[5] in FINAL]
             ids = [trial[0] for trial in trials]
             metrics: dict[int, dict[str, float]] = defaultdict(dict)
             results = select(Result.trial_id, Result.name, Result.value).where(
                 Result.trial_id.in_(ids)
             )
-            for trial_id, name, value in connection.execute(results).tuples():
+            for trial_id, name, value in connection.execute(results).all():
                 if value is not None:
                     metrics[trial_id][name] = value
             series = metric_series(connection, ids, series_metric) if series_metric else {}
@@ -122,6 +122,7 @@ class Sweeps:
         self._decoded: dict[str | None, dict[str, Any]] = {}
 
     def decoded(self, text: str | None) -> dict[str, Any]:
+        """The sweep point stored as `text` (None: no sweep)."""
         if text not in self._decoded:
             self._decoded[text] = {} if text is None else json.loads(text)
         return dict(self._decoded[text])
