@@ -8,12 +8,14 @@ and on the CPU the same key gives the same metrics to the last digit (tests/test
 reused trial is checked against a fresh run of it in docs/results/findings.md), so a trial
 stored under that key by an earlier run is the trial the rerun would compute. This script
 replays the sequential rule (`harness.ranking.rounds`) on such a stored run: it starts from the
-stored trials with seeds below `initial`, and at each look takes the seeds the open comparisons
-ask for from the stored run while it has them. It then copies the stored run to `--db`, keeps
-only the trials of that replayed path (so no seed the rule would not have run is ranked), and
-hands over to `layerbench run`, whose sequential rule continues from there and trains what the
-stored run lacks. The verdicts are therefore exactly those of a sequential run from scratch;
-only the CPU time is saved (each reused trial keeps its stored train and wall time).
+stored trials with seeds below `initial`, and, when the stored run has all of them, at each look
+takes the seeds the open comparisons ask for from the stored run while it has them. It then
+copies the stored run to `--db`, keeps only the trials of that replayed path (so no seed the
+rule would not have run is ranked), and hands over to `layerbench run`, whose sequential rule
+continues from there and trains what the stored run lacks. The verdicts are those of a
+sequential run from scratch; only the CPU time is saved (each reused trial keeps its stored train
+and wall time). A trial the run asks for after the replay is trained again even when the stored
+run has it (the same numbers, as checked above).
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ def replayed_keys(suite: Suite, reuse: Path) -> set[str]:
         o.key: o for o in stored_outcomes(create_engine(f"sqlite:///{reuse}"), keys)
     }
     plan = plan_of(suite, keys)
-    taken = {t.key for t in planned if t.seed < schedule.initial and t.key in pool}
+    initial = {t.key for t in planned if t.seed < schedule.initial}
+    taken = initial & pool.keys()
+    if taken != initial:  # a look needs every initial seed: `layerbench run` trains them first
+        return taken
     while True:
         found = look(plan, schedule, [pool[k] for k in taken])
         more = {t.key for t in wanted_trials(found, planned) if t.key in pool} - taken
@@ -78,12 +83,19 @@ def main() -> None:
     parser.add_argument("--reuse", type=Path, required=True, help="the stored run (SQLite)")
     parser.add_argument("--db", type=Path, required=True, help="the rerun's database (SQLite)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="write the replayed path to --db and train nothing (the open comparisons stay open)",
+    )
     args = parser.parse_args()
     suite = load_suite(args.suite)
     keys = replayed_keys(suite, args.reuse)
     shutil.copyfile(args.reuse, args.db)
     dropped = keep_only(args.db, keys)
     print(f"{suite.suite}: {len(keys)} stored trials on the replayed path, {dropped} left out")
+    if args.replay_only:
+        return
     command = ["layerbench", "run", str(args.suite), "--db", f"sqlite:///{args.db}"]
     sys.exit(subprocess.call([*command, "--workers", str(args.workers)]))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from multiprocessing import forkserver
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,13 @@ from tests.factories import (
 # Ray (tests/test_ray.py, the ray-head service in tests/test_deploy.py) advertises the machine's
 # address even when told 127.0.0.1; this Ray knob keeps every Ray of the tests on the loopback.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `finish_last` run after every other test, in their order: what they wait
+    for (Slurm's one-minute time limit) elapses while the others run."""
+    items.sort(key=lambda item: item.get_closest_marker("finish_last") is not None)
+
 
 # Factories of tests/factories.py as fixtures, for tests that take them as arguments.
 
@@ -78,6 +86,13 @@ def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     )
     monkeypatch.delenv("LAYERBENCH_VERBOSE", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+@pytest.fixture
+def fresh_server() -> Iterator[None]:
+    """No fork server left over from another test: run_local starts one warmed for this suite."""
+    forkserver._forkserver._stop()  # type: ignore[attr-defined]
+    yield
 
 
 @pytest.fixture

@@ -12,10 +12,12 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -362,6 +364,40 @@ def _trial_columns(trial: PlannedTrial, result: TrialResult, suite_run_id: int) 
     }
 
 
+# Running trials
+
+
+class MemoryLedger:
+    """A ledger that lets this runner claim every trial and keeps the results."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, TrialResult] = {}
+
+    def claim(self, trial: PlannedTrial) -> bool:
+        return True
+
+    def heartbeat(self, trial: PlannedTrial) -> None:
+        pass
+
+    def finish(self, trial: PlannedTrial, result: TrialResult) -> None:
+        self.results[trial.key] = result
+
+    def release(self, trial: PlannedTrial) -> None:
+        pass
+
+
+def stored(result: TrialResult) -> tuple[object, ...]:
+    """What the store keeps of a trial, less its timings and environment."""
+    return (
+        result.status,
+        result.final | {"tokens_per_s": None},
+        [(p.step, p.tokens, p.metrics) for p in result.series],
+        result.layer_stats,
+        result.steps_done,
+        result.tokens,
+    )
+
+
 # Running `layerbench`
 
 
@@ -383,6 +419,30 @@ def run_process(*args: str, check: bool = False) -> subprocess.CompletedProcess[
         check=check,
         timeout=600,
     )
+
+
+def run_processes(*commands: Sequence[str]) -> list[subprocess.CompletedProcess[str]]:
+    """`layerbench ARGS` for each of `commands`, each in a fresh process, all at once (one runs
+    on the second core while another starts); their output goes to files, so none waits for its
+    pipe to be read."""
+    with ExitStack() as stack:
+        started = []
+        for args in commands:
+            out, err = (stack.enter_context(tempfile.TemporaryFile("w+")) for _ in range(2))
+            command = [sys.executable, "-m", "harness", *args]
+            started.append((subprocess.Popen(command, stdout=out, stderr=err, text=True), out, err))
+        return [_completed(process, out, err) for process, out, err in started]
+
+
+def _completed(
+    process: subprocess.Popen[str], out: IO[str], err: IO[str]
+) -> subprocess.CompletedProcess[str]:
+    process.wait(timeout=600)
+    texts = []
+    for sink in (out, err):
+        sink.seek(0)
+        texts.append(sink.read())
+    return subprocess.CompletedProcess(process.args, process.returncode, *texts)
 
 
 def trials_by_key(url: str) -> dict[str, Trial]:

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.models import MetricPoint, Result
-from tests.factories import ROOT, count, invoke, run_process, trials_by_key
+from tests.factories import ROOT, count, invoke, run_process, run_processes, trials_by_key
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -93,14 +93,13 @@ def test_ray_and_local_store_identical_metrics(
     address, _ = ray_cluster
     suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
     on_ray, local = f"sqlite:///{tmp_path / 'ray.db'}", f"sqlite:///{tmp_path / 'local.db'}"
-    ran = run_process(
-        "run", str(suite), "--db", on_ray, "--backend", "ray", "--ray-address=" + address
+    # one thread per trial on both backends: the suite sets no `resources.cpus`
+    ray_ran, local_ran = run_processes(  # at once: each waits on its own trials
+        ["run", str(suite), "--db", on_ray, "--backend", "ray", "--ray-address=" + address],
+        ["run", str(suite), "--db", local, "--no-mlflow", "--workers", "2"],
     )
-    assert ran.returncode == 0, ran.stderr
-    # one thread per trial on both backends (a Ray task asks for 1 CPU by default)
-    workers = str(os.cpu_count() or 1)
-    ran = run_process("run", str(suite), "--db", local, "--no-mlflow", "--workers", workers)
-    assert ran.returncode == 0, ran.stderr
+    assert ray_ran.returncode == 0, ray_ran.stderr
+    assert local_ran.returncode == 0, local_ran.stderr
     assert len(final_metrics(on_ray)) == 2
     assert final_metrics(on_ray) == final_metrics(local)
     stored = trials_by_key(on_ray).values()
@@ -171,7 +170,7 @@ def test_a_ray_and_a_local_driver_on_postgresql_never_run_a_trial_twice(
 ) -> None:
     address, _ = ray_cluster
     suite = suite_file(tmp_path, "pre-ln: {}\nrms: {norm: {type: rmsnorm}}")
-    run_process("db", "upgrade", "--db", postgres_url, check=True)
+    assert invoke("db", "upgrade", "--db", postgres_url).exit_code == 0  # before the drivers race
     run = [sys.executable, "-m", "harness", "run", str(suite), "--db", postgres_url, "--no-mlflow"]
     commands = [[*run, "--backend", "ray", "--ray-address", address], run]
     drivers = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in commands]

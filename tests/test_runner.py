@@ -14,11 +14,19 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
+from harness.runner.local import run_local
 from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.store.models import MetricPoint, Result, Trial
-from tests.factories import count, invoke, run_process, trials_by_key
+from tests.factories import (
+    MemoryLedger,
+    count,
+    invoke,
+    run_process,
+    stored,
+    trials_by_key,
+)
 
 pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
 
@@ -33,6 +41,25 @@ def test_same_trial_twice_gives_identical_metrics_and_another_seed_differs(
     assert first.final["val_loss"] == again.final["val_loss"]
     assert [p.metrics for p in first.series] == [p.metrics for p in again.series]
     assert first.final["val_loss"] != other.final["val_loss"]
+
+
+@pytest.mark.usefixtures("fresh_server")
+def test_a_trial_runs_on_its_suites_threads_whatever_the_workers(
+    write_suite: Any, tmp_path: Path
+) -> None:
+    trials = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}", steps=6, eval_every=3)))
+    alone, beside = MemoryLedger(), MemoryLedger()
+    run_local(trials, alone, workers=1)  # it used to get cpu_count // workers threads
+    run_local(trials, beside, workers=2)
+    assert set(alone.results) == set(beside.results) == {t.key for t in trials}
+    for key, result in alone.results.items():
+        assert result.status == "done", result.error
+        assert result.environment["threads"] == beside.results[key].environment["threads"] == 1
+        assert stored(result) == stored(beside.results[key])
+    suite = write_suite(tmp_path, "pre-ln: {}", steps=2, eval_every=2, extra="resources: {cpus: 2}")
+    two = MemoryLedger()
+    run_local(plan_suite(load_suite(suite))[:1], two, workers=2)
+    assert [r.environment["threads"] for r in two.results.values()] == [2]
 
 
 def test_statuses_diverged_timeout_failed_and_retry(write_suite: Any, tmp_path: Path) -> None:
@@ -141,7 +168,7 @@ def test_two_runners_on_one_database_never_run_a_trial_twice(
         tmp_path, "pre-ln: {}\npost-ln: {norm: {placement: post}}\nrms: {norm: {type: rmsnorm}}"
     )
     db = f"sqlite:///{tmp_path / 'two.db'}"
-    run_process("db", "upgrade", "--db", db, check=True)
+    assert invoke("db", "upgrade", "--db", db).exit_code == 0  # before the drivers race
     command = [sys.executable, "-m", "harness", "run", str(suite), "--db", db, "--no-mlflow"]
     runners = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [runner.communicate(timeout=600)[0] for runner in runners]

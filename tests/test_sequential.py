@@ -175,8 +175,18 @@ def test_without_claims_each_method_is_compared_with_the_baseline() -> None:
     found = look(plan, SCHEDULE, outcomes)
     assert set(found.wanted) == {("base", "m", "t"), ("near", "m", "t")}
     # and `rank` shows these comparisons' anytime-valid verdicts as findings
-    shown = {f.method: f.verdict for f in claim_findings(plan, outcomes)}
-    assert shown == {"far": "contradicted", "near": "inconclusive"}  # "better": far is worse
+    shown = {f.method: f for f in claim_findings(plan, outcomes)}
+    assert {m: f.verdict for m, f in shown.items()} == {
+        "far": "contradicted",
+        "near": "inconclusive",
+    }
+    # no claim says "better": the comparison reads as one, and its verdicts as better / worse
+    far = shown["far"]
+    assert far.claim == "far against base on val_loss"
+    assert far.verdict_text == far.checks[0].verdict_text == "worse"
+    assert any(
+        "far against base on val_loss [m/t]" in line and "worse" in line for line in found.lines(1)
+    )
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import pytest
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.models import MetricPoint
-from tests.factories import ROOT, count, invoke, run_process, trials_by_key
+from tests.factories import ROOT, count, invoke, run_process, run_processes, trials_by_key
 from tests.test_ray import final_metrics
 
 pytest.importorskip("submitit")
@@ -70,6 +70,8 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 ReturnToService=2
+SlurmdParameters=config_overrides
+DefMemPerCPU={memory_per_cpu_mb}
 MinJobAge=600
 KillWait=5
 InactiveLimit=0
@@ -79,6 +81,12 @@ AccountingStorageType=accounting_storage/none
 NodeName=node0 NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
 PartitionName=test Nodes=node0 Default=YES MaxTime=INFINITE State=UP
 """
+
+
+# Job slots on the node: the held trials (the overdue one, the one the cancel test waits in) only
+# sleep, so the node offers more slots than the machine has cores (`config_overrides` keeps
+# slurmd from draining it for that), and a test's two trials run beside a held one, not after it.
+SLOTS = max(4, os.cpu_count() or 1)
 
 
 class Cluster(NamedTuple):
@@ -133,8 +141,11 @@ def start_daemons(directory: Path) -> Path:
             dir=directory,
             ctld_port=free_port(),
             d_port=free_port(),
-            cpus=os.cpu_count() or 1,
+            cpus=SLOTS,
             memory_mb=memory_mb(),
+            # without a default, a job that asks for no memory is given the node's whole memory
+            # and every other job waits for it (the overdue trial held the node for 90 s)
+            memory_per_cpu_mb=memory_mb() // SLOTS,
         )
     )
     subprocess.run(["slurmctld", "-f", str(conf), "-i"], check=True)
@@ -146,11 +157,27 @@ def stop_daemons(directory: Path) -> None:
     """Cancel what still runs (a test that failed midway), then stop the daemons."""
     conf = {**os.environ, "SLURM_CONF": str(directory / "slurm.conf")}
     subprocess.run(["scancel", "--full", "--user=root"], env=conf, check=False, timeout=30)
-    time.sleep(6)  # KillWait 5 s: the jobs' processes end before slurmd does
+    wait_no_jobs(conf)  # the jobs' processes end (KillWait 5 s) before slurmd does
     for pidfile in ("slurmd.pid", "slurmctld.pid", "munge.pid"):
         path = directory / pidfile
         if path.exists():
             subprocess.run(["kill", path.read_text().strip()], check=False)
+
+
+def wait_no_jobs(env: dict[str, str], timeout_s: float = 10) -> None:
+    """Until squeue shows no job running or ending (or `timeout_s`: the daemons stop anyway)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        shown = subprocess.run(
+            ["squeue", "--noheader", "--states=RUNNING,COMPLETING,PENDING", "--format=%i"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        if shown.returncode == 0 and not shown.stdout.strip():
+            return
+        time.sleep(0.2)
 
 
 def wait_idle(conf: Path, timeout_s: float = 60) -> None:
@@ -171,9 +198,10 @@ def wait_idle(conf: Path, timeout_s: float = 60) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A one-node Slurm for the module; jobs see this tree and the pidfile plugin's folder."""
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A one-node Slurm, up until the session ends: the overdue trial's wait for Slurm's time
+    limit elapses while the other modules run (its test is marked `finish_last`)."""
     missing = [name for name in DAEMONS if shutil.which(name) is None]
     if missing or os.geteuid() != 0:
         pytest.skip(
@@ -185,15 +213,29 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         conf = start_daemons(directory)
         wait_idle(conf)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("SLURM_CONF", str(conf))
-            patch.setenv("HF_HUB_OFFLINE", "1")
-            patch.setenv("LAYERBENCH_TEST_PIDS", str(pids))
-            path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-            patch.setenv("PYTHONPATH", path)
-            yield Cluster(conf, pids)
+        yield Cluster(conf, pids)
     finally:
         stop_daemons(directory)
+
+
+def cluster_environment(cluster: Cluster, pids: Path) -> dict[str, str]:
+    """What a driver needs to submit to the cluster: jobs see this tree and `pids`, the
+    pidfile plugin's folder."""
+    return {
+        "SLURM_CONF": str(cluster.conf),
+        "HF_HUB_OFFLINE": "1",
+        "LAYERBENCH_TEST_PIDS": str(pids),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+
+
+@pytest.fixture(scope="module")
+def slurm(slurm_cluster: Cluster) -> Iterator[Cluster]:
+    """The cluster, with its environment set for this module's tests."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in cluster_environment(slurm_cluster, slurm_cluster.pids).items():
+            patch.setenv(name, value)
+        yield slurm_cluster
 
 
 def suite_file(
@@ -201,8 +243,11 @@ def suite_file(
     methods: str,
     seeds: str = "[0, 1]",
     name: str = "tiny",
-    limit: float = 120,
+    limit: float = 300,
 ) -> Path:
+    """A suite of tiny trials. submitit asks Slurm for SIGUSR2 90 s before a job's limit, which
+    ends a job still unpickling its trial (importing torch): the limit leaves a loaded machine
+    minutes for that."""
     body = "\n".join(f"  {line}" for line in methods.strip().splitlines())
     path = directory / f"{name}.yaml"
     folder = directory / "jobs"
@@ -222,10 +267,11 @@ def driver(args: list[str], log: Path, **env: str) -> subprocess.Popen[str]:
         )
 
 
-@pytest.fixture(scope="module")
-def overdue(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Overdue]:
+@pytest.fixture(scope="session")
+def overdue(slurm_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Overdue]:
     """A trial held past its one-minute Slurm limit: started with the module's first test, as
-    Slurm checks limits only every 30 s or so and this takes about 90 s of waiting."""
+    Slurm checks limits only every 30 s or so and this takes about 90 s of waiting; its test
+    runs last in the session (`finish_last`), by when the wait is over."""
     directory = tmp_path_factory.mktemp("overdue")
     pids = directory / "pids"
     pids.mkdir()
@@ -236,7 +282,7 @@ def overdue(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     db = f"sqlite:///{directory / 'overdue.db'}"
     log = directory / "driver.log"
     args = ["run", str(suite), "--db", db, "--no-mlflow", "--backend", "slurm"]
-    process = driver(args, log, LAYERBENCH_TEST_PIDS=str(pids))
+    process = driver(args, log, **cluster_environment(slurm_cluster, pids))
     yield Overdue(process, db, log)
     if process.poll() is None:
         process.kill()
@@ -246,12 +292,13 @@ def overdue(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def test_slurm_and_local_store_identical_metrics(slurm: Cluster, tmp_path: Path) -> None:
     suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
     on_slurm, local = f"sqlite:///{tmp_path / 'slurm.db'}", f"sqlite:///{tmp_path / 'local.db'}"
-    ran = run_process("run", str(suite), "--db", on_slurm, "--backend", "slurm")
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    # one thread per trial on both backends (a Slurm job asks for 1 CPU by default)
-    workers = str(os.cpu_count() or 1)
-    ran = run_process("run", str(suite), "--db", local, "--no-mlflow", "--workers", workers)
-    assert ran.returncode == 0, ran.stderr
+    # one thread per trial on both backends: the suite sets no `resources.cpus`
+    slurm_ran, local_ran = run_processes(  # at once: each waits on its own trials
+        ["run", str(suite), "--db", on_slurm, "--backend", "slurm"],
+        ["run", str(suite), "--db", local, "--no-mlflow", "--workers", "2"],
+    )
+    assert slurm_ran.returncode == 0, slurm_ran.stdout + slurm_ran.stderr
+    assert local_ran.returncode == 0, local_ran.stderr
     assert len(final_metrics(on_slurm)) == 2
     assert final_metrics(on_slurm) == final_metrics(local)
     stored = trials_by_key(on_slurm).values()
@@ -273,7 +320,7 @@ def job_of(pid: int) -> str:
 
 
 def wait_for_pid(pids: Path, driver: subprocess.Popen[str], log: Path) -> int:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # a loaded machine's job takes minutes to import torch
     while time.monotonic() < deadline:
         found = [p.name for p in pids.iterdir() if p.name.isdigit()]
         if found:
@@ -324,7 +371,7 @@ def test_a_slurm_and_a_local_driver_on_postgresql_never_run_a_trial_twice(
     slurm: Cluster, postgres_url: str, tmp_path: Path
 ) -> None:
     suite = suite_file(tmp_path, "pre-ln: {}\nrms: {norm: {type: rmsnorm}}")
-    run_process("db", "upgrade", "--db", postgres_url, check=True)
+    assert invoke("db", "upgrade", "--db", postgres_url).exit_code == 0  # before the drivers race
     run = [sys.executable, "-m", "harness", "run", str(suite), "--db", postgres_url, "--no-mlflow"]
     commands = [[*run, "--backend", "slurm"], run]
     drivers = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in commands]
@@ -336,6 +383,7 @@ def test_a_slurm_and_a_local_driver_on_postgresql_never_run_a_trial_twice(
     assert sum(output.count("    done ") for output in outputs) == 4, outputs
 
 
+@pytest.mark.finish_last
 def test_a_trial_past_its_slurm_time_limit_is_a_timeout(overdue: Overdue) -> None:
     assert overdue.driver.wait(timeout=300) == 1, overdue.log.read_text()
     (trial,) = trials_by_key(overdue.db).values()

@@ -141,6 +141,22 @@ def test_trial_key_is_stable_and_changes_with_config(write_suite: Any, tmp_path:
     assert not {t.key for t in first} & {t.key for t in changed}
 
 
+def test_the_suite_sets_a_trials_threads_and_only_a_count_other_than_1_enters_its_key(
+    write_suite: Any, tmp_path: Path
+) -> None:
+    def planned(cpus: str) -> tuple[list[str], list[int | None]]:
+        extra = f"resources: {{cpus: {cpus}}}" if cpus else ""
+        trials = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}", extra=extra)))
+        return [t.key for t in trials], [t.config.get("threads") for t in trials]
+
+    unset, one, part = planned(""), planned("1"), planned("0.5")  # Ray may give part of a CPU
+    two, more = planned("2"), planned("2.9")
+    assert unset == one == part  # no `threads` in the config: the keys stored before it existed
+    assert unset[1] == [None, None]
+    assert two == more and two[1] == [2, 2]  # whole CPUs
+    assert not set(two[0]) & set(unset[0])
+
+
 @pytest.mark.parametrize(
     ("methods", "expected"),
     [

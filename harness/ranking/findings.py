@@ -94,6 +94,10 @@ ClaimVerdict = Literal[
 NOT_TESTED: Verdict = "not tested"
 DEGENERATE = "degenerate: both stay at the trivial predictor"
 OTHER_WAY = "the observed difference points the other way"
+IMPLICIT_SOURCE = "each method against the baseline (sequential seeds, no `expect` claims)"
+"""The source of the comparisons a sequential suite without claims steers its seeds by: each
+method against the baseline, decided either way, so its verdicts read better / worse."""
+IMPLICIT_WORDS = {"reproduced": "better", "contradicted": "worse"}
 OUTSIDE_MARGIN = "the observed difference lies outside the margin"
 TRIVIAL_MARGIN = 0.02
 """A value within this fraction of the trivial predictor's level (or worse) stays at it."""
@@ -144,6 +148,9 @@ class RecipeCheck:
     """Why an inconclusive check has no seeds needed (e.g. `OTHER_WAY`)."""
     names: tuple[str, str] = ("", "")
     """The compared methods (method, than)."""
+    implicit: bool = False
+    """A comparison with the baseline, not a claim (`IMPLICIT_SOURCE`): verdicts read
+    better / worse."""
 
     @property
     def degenerate(self) -> bool:
@@ -166,7 +173,8 @@ class RecipeCheck:
     def verdict_text(self) -> str:
         if self.degenerate:
             return f"{NOT_TESTED} ({DEGENERATE})"
-        return self.verdict + (" (failures)" if self.decided_by == "failures" else "")
+        word = IMPLICIT_WORDS.get(self.verdict, self.verdict) if self.implicit else self.verdict
+        return word + (" (failures)" if self.decided_by == "failures" else "")
 
 
 @dataclass(frozen=True)
@@ -187,10 +195,20 @@ class Finding:
     """Recipes whose verdict differs from the first tested recipe's."""
 
     @property
+    def implicit(self) -> bool:
+        """A comparison with the baseline that no claim states (`IMPLICIT_SOURCE`)."""
+        return self.source == IMPLICIT_SOURCE
+
+    @property
     def claim(self) -> str:
-        """The claim in words, e.g. "post-ln worse than pre-ln on val_loss"."""
-        relation = f"ties (+-{self.margin:g})" if self.direction == "tie" else self.direction
-        return f"{self.method} {relation} than {self.than} on {self.metric}"
+        """The claim in words, e.g. "post-ln worse than pre-ln on val_loss", "rmsnorm ties
+        layernorm (+-0.03) on val_loss"; a comparison no claim states: "lion against adamw on
+        val_loss"."""
+        if self.implicit:
+            return f"{self.method} against {self.than} on {self.metric}"
+        if self.direction == "tie":
+            return f"{self.method} ties {self.than} (+-{self.margin:g}) on {self.metric}"
+        return f"{self.method} {self.direction} than {self.than} on {self.metric}"
 
     @property
     def untested_on(self) -> list[str]:
@@ -203,7 +221,7 @@ class Finding:
         the recipes where it is not tested."""
         if self.verdict == NOT_TESTED:
             return f"{NOT_TESTED} ({DEGENERATE})"
-        text = str(self.verdict)
+        text = IMPLICIT_WORDS.get(self.verdict, self.verdict) if self.implicit else self.verdict
         if self.verdict == "flipped":
             text = f"flipped (significant the other way on {', '.join(self.differs_on)})"
         elif self.verdict == "recipe-dependent":
@@ -580,6 +598,7 @@ def _decide(
         finished=check.finished,
         needed_note=note,
         names=check.names,
+        implicit=claim.source == IMPLICIT_SOURCE,
         sequential=sequential.record if sequential is not None else None,
     )
 

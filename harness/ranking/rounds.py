@@ -44,7 +44,7 @@ class Look:
                 state = record.stopped or "open"
                 out.append(
                     f"  {finding.claim} [{check.model}/{check.task}]: n = {record.n}, "
-                    f"interval [{low}, {high}], {check.verdict} ({state})"
+                    f"interval [{low}, {high}], {check.verdict_text} ({state})"
                 )
         if self.wanted:
             more = ", ".join(

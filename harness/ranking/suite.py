@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from harness.cache import DataMissingError
 from harness.core import TrialOutcome
 from harness.ranking.examples import ExampleOutcomes
-from harness.ranking.findings import Finding, TrivialLevels, findings
+from harness.ranking.findings import IMPLICIT_SOURCE, Finding, TrivialLevels, findings
 from harness.ranking.outcomes import each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
@@ -240,7 +240,6 @@ def rank_suite(
     return replace(ranking, warnings=warnings, findings=found)
 
 
-IMPLICIT_SOURCE = "each method against the baseline (sequential seeds, no `expect` claims)"
 SEQUENTIAL_WARNING = (
     "sequential seeds: each method's seeds were chosen by the run's looks, so the p-values and "
     "verdicts of the tables above are fixed-n tests on data-dependent seeds; the anytime-valid "

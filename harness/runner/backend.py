@@ -129,17 +129,14 @@ def renew_leases(leases: Iterable[Lease], ledger: Ledger) -> None:
             lease.last_heartbeat = time.monotonic()
 
 
-def run_in_worker(config: dict[str, Any], threads: int) -> TrialResult:
-    """A trial in a cluster worker's fresh process (a Ray task, a Slurm job): `threads` intra-op
-    threads, third-party output quieted, and `cuda:N` read as `cuda`, since the scheduler shows
-    the worker only the GPUs it was given."""
+def run_in_worker(config: dict[str, Any]) -> TrialResult:
+    """A trial in a cluster worker's fresh process (a Ray task, a Slurm job): third-party output
+    quieted, and `cuda:N` read as `cuda`, since the scheduler shows the worker only the GPUs it
+    was given (`run_trial` sets the trial's threads, as on every backend)."""
     os.environ.setdefault("TQDM_DISABLE", "1")
-    import torch
-
     from harness.runner.trial import quiet_libraries, run_trial
 
     if config["device"].startswith("cuda:"):
         config = {**config, "device": "cuda"}
-    torch.set_num_threads(threads)
     quiet_libraries()
     return run_trial(config)

@@ -50,10 +50,6 @@ def context() -> mp.context.BaseContext:
     return ctx
 
 
-def threads_per_trial(workers: int) -> int:
-    return max(1, (os.cpu_count() or 1) // workers)
-
-
 def local_executor(workers: int = 1) -> Executor:
     """The local backend as an `Executor`: `workers` trial processes at once."""
 
@@ -93,9 +89,7 @@ def run_local(
             break
         while len(active) < workers and (trial := claim_next(pending, ledger, progress)):
             receiver, sender = ctx.Pipe(duplex=False)
-            process = ctx.Process(
-                target=trial_process, args=(sender, trial.config, threads_per_trial(workers))
-            )
+            process = ctx.Process(target=trial_process, args=(sender, trial.config))
             process.start()
             sender.close()
             active[receiver] = Running(trial=trial, process=process)

@@ -12,6 +12,10 @@ before entries had versions: the stored results (docs/results/data/) keep matchi
 while bumping an entry or upgrading a method library changes the keys of exactly the trials that
 use it, whose stored results then read as superseded. (A key schema stored beside each trial
 would have needed a migration and a second key per planned trial to keep old results matched.)
+
+The same holds for a trial's intra-op torch threads, which change a CPU trial's float
+reductions: the suite decides them (`resources.cpus`, whatever the backend or `--workers`), and
+they enter the config, so the key, only when not `DEFAULT_THREADS` (`threads_field`).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from harness.spec.resolve import (
     resolved_optimizer,
     trial_settings,
 )
-from harness.spec.schema import Suite
+from harness.spec.schema import DEFAULT_THREADS, ResourcesSpec, Suite
 
 
 def canonical(value: Any) -> str:
@@ -84,6 +88,18 @@ CONFIG_PATHS = {
     "optimizer.layerwise": "optimizer.layerwise.name",
 }
 """Where a family's name lies in a trial's config, where it is not the family's key."""
+
+
+def threads_field(resources: ResourcesSpec) -> dict[str, int]:
+    """A trial config's `threads` (the intra-op torch threads its suite gives each trial), left
+    out at `DEFAULT_THREADS`, so a trial keeps the key it had before the count was in it."""
+    threads = resources.threads
+    return {} if threads == DEFAULT_THREADS else {"threads": threads}
+
+
+def trial_threads(config: dict[str, Any]) -> int:
+    """The intra-op torch threads a trial of this config runs with, on every backend."""
+    return int(config.get("threads", DEFAULT_THREADS))
 
 
 def resolved_train(train: dict[str, Any], device: str, cuda: bool) -> dict[str, Any]:
@@ -132,6 +148,7 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
     fingerprints = {name: task_fingerprint(spec) for name, spec in tasks.items()}
     settings_of = {name: trial_settings(suite, name) for name in suite.methods}
     cuda = cuda_available()
+    threads = threads_field(suite.resources)
     trials = []
     for method, model, task in matrix_cells(suite):
         for point, settings in settings_of[method]:
@@ -153,6 +170,7 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
                     "task": tasks[task],
                     "seed": seed,
                     "plugins": suite.plugins,
+                    **threads,
                 }
                 identity = {"suite": suite.suite, "method": method, "model": model, "task": task}
                 key = trial_key(identity, config, fingerprints[task])

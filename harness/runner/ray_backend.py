@@ -91,12 +91,12 @@ def trial_resources(
     return cpus, gpus
 
 
-def ray_trial(key: str, config: dict[str, Any], threads: int, starts: Queue) -> TrialResult:
+def ray_trial(key: str, config: dict[str, Any], starts: Queue) -> TrialResult:
     """A Ray task: announce this attempt, then run the trial in this (fresh) worker."""
     import socket
 
     starts.put((key, os.getpid(), socket.gethostname()))
-    return run_in_worker(config, threads)
+    return run_in_worker(config)
 
 
 def ray_executor(
@@ -170,9 +170,7 @@ def drive(
                     trial.config["device"], resources, cluster.get("GPU", 0)
                 )
                 options = {"num_cpus": cpus, "num_gpus": gpus, "max_retries": max_retries}
-                ref = task.options(**options).remote(
-                    trial.key, trial.config, max(1, int(cpus)), starts
-                )
+                ref = task.options(**options).remote(trial.key, trial.config, starts)
                 active[ref] = Submitted(trial)
                 progress.started(trial)
             done, _ = ray.wait(list(active), num_returns=1, timeout=POLL_S)

@@ -122,14 +122,14 @@ def executor_parameters(
     return parameters
 
 
-def slurm_trial(config: dict[str, Any], threads: int) -> TrialResult:
+def slurm_trial(config: dict[str, Any]) -> TrialResult:
     """A Slurm task: run the trial in this (fresh) process and return its result to the driver.
 
     submitit turns Slurm's time-limit warning (SIGUSR2) into a requeue or an error inside
     whatever code runs; a trial has no checkpoint to resume from, so the warning is ignored and
     Slurm's own limit ends the job (`TIMEOUT`), which the driver stores as `timeout`."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-    return run_in_worker(config, threads)
+    return run_in_worker(config)
 
 
 def slurm_executor(
@@ -164,7 +164,6 @@ def run_slurm(
     slurm = slurm or SlurmSpec()
     progress = progress or SilentProgress()
     folder = Path(slurm.folder).absolute() / "%j"
-    threads = job_resources("cpu", resources)["cpus_per_task"]
     pending = deque(trials)
     active: dict[str, Submitted] = {}
     results: dict[str, TrialResult] = {}
@@ -177,12 +176,12 @@ def run_slurm(
             if batch:
                 executor = submitit.SlurmExecutor(folder=folder)
                 executor.update_parameters(**executor_parameters(batch[0], resources, slurm))
-                for trial, job in zip(batch, submit(executor, batch, threads), strict=True):
+                for trial, job in zip(batch, submit(executor, batch), strict=True):
                     active[job.job_id] = Submitted(
                         trial=trial, job=job, executor=executor, retries_left=slurm.max_retries
                     )
                     progress.started(trial)
-            collect(active, ledger, progress, results, threads)
+            collect(active, ledger, progress, results)
             renew_leases(active.values(), ledger)
             if active:
                 time.sleep(POLL_S)
@@ -208,10 +207,10 @@ def alike(first: PlannedTrial, other: PlannedTrial) -> bool:
     return all(first.config[key] == other.config[key] for key in keys)
 
 
-def submit(executor: Any, batch: list[PlannedTrial], threads: int) -> list[Any]:
+def submit(executor: Any, batch: list[PlannedTrial]) -> list[Any]:
     """One job array for the batch (a single job when it has one trial)."""
     with executor.batch():
-        jobs = [executor.submit(slurm_trial, trial.config, threads) for trial in batch]
+        jobs = [executor.submit(slurm_trial, trial.config) for trial in batch]
     return jobs
 
 
@@ -220,7 +219,6 @@ def collect(
     ledger: RetryLedger,
     progress: Progress,
     results: dict[str, TrialResult],
-    threads: int,
 ) -> None:
     """Store every trial whose job has ended; resubmit those a lost node or preemption ended."""
     waiting = [s for s in active.values() if not s.job.paths.result_pickle.exists()]
@@ -237,7 +235,7 @@ def collect(
             if state in RETRY_STATES and submitted.retries_left > 0:
                 del active[job_id]
                 ledger.add_attempt(submitted.trial)
-                (job,) = submit(submitted.executor, [submitted.trial], threads)
+                (job,) = submit(submitted.executor, [submitted.trial])
                 active[job.job_id] = replace(
                     submitted, job=job, retries_left=submitted.retries_left - 1
                 )

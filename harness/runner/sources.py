@@ -119,8 +119,34 @@ class Source:
     libraries: tuple[str, ...]
 
 
-def source_of(target: Any) -> Source:
-    """The digest of `target` and of every implementation it reaches by name."""
+@dataclass(frozen=True)
+class Parsed:
+    """One function or class as a digest sees it: its syntax tree without docstrings (dumped),
+    the method libraries it imports, the implementations and the constants it names."""
+
+    dump: str
+    libraries: frozenset[str]
+    reached: tuple[Any, ...]
+    constants: tuple[str, ...]  # their repr
+
+
+def parse(obj: Any) -> Parsed:
+    tree = without_docstrings(ast.parse(textwrap.dedent(inspect.getsource(obj))))
+    namespace = vars(sys.modules[obj.__module__])
+    named = list(referenced(tree, namespace))
+    return Parsed(
+        dump=ast.dump(tree),
+        libraries=frozenset(imported_libraries(tree)),
+        reached=tuple(value for value in named if implementation(value)),
+        constants=tuple(repr(v) for v in named if not implementation(v) and constant(v)),
+    )
+
+
+def source_of(target: Any, parsed: dict[str, Parsed] | None = None) -> Source:
+    """The digest of `target` and of every implementation it reaches by name. `parsed` keeps
+    each function and class parsed once across the entries of one `current` (entries share
+    most of their helpers)."""
+    parsed = {} if parsed is None else parsed
     seen: dict[str, str] = {}
     libraries: set[str] = set()
     pending = [inspect.unwrap(target)]
@@ -129,15 +155,13 @@ def source_of(target: Any) -> Source:
         name = f"{obj.__module__}:{obj.__qualname__}"
         if name in seen:
             continue
-        tree = without_docstrings(ast.parse(textwrap.dedent(inspect.getsource(obj))))
-        seen[name] = ast.dump(tree)
-        libraries.update(imported_libraries(tree))
-        namespace = vars(sys.modules[obj.__module__])
-        for value in referenced(tree, namespace):
-            if implementation(value):
-                pending.append(value)
-            elif constant(value):
-                seen[f"{name}:{value!r}"] = ""
+        if name not in parsed:
+            parsed[name] = parse(obj)
+        found = parsed[name]
+        seen[name] = found.dump
+        libraries.update(found.libraries)
+        pending.extend(found.reached)
+        seen.update({f"{name}:{value}": "" for value in found.constants})
 
     digest = hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()
     return Source(digest, tuple(sorted(libraries)))
@@ -152,8 +176,9 @@ def current(entries: dict[str, Entry[Any]]) -> dict[str, dict[str, Any]]:
     import torch  # noqa: F401 (first: its terminal log handler is moved aside before the rest)
 
     detach_stream_handlers()
+    parsed: dict[str, Parsed] = {}
     return {
-        key: {"version": entry.version, "source": source_of(entry.obj).digest}
+        key: {"version": entry.version, "source": source_of(entry.obj, parsed).digest}
         for key, entry in entries.items()
     }
 

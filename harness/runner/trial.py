@@ -15,7 +15,7 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ from harness.registry import (
     PretrainedModelEntry,
     TrainTaskEntry,
 )
-from harness.runner.plan import section, trial_versions
+from harness.runner.plan import section, trial_threads, trial_versions
 from harness.runner.posttrain import compress
 from harness.runner.warm import prebuilt_task
 from harness.spec.resolve import resolve_compile, resolve_precision
@@ -268,17 +268,32 @@ def train(trial: BuiltTrial, result: TrialResult, clock: Clock, report: Report) 
             )
 
 
+@contextmanager
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to `threads` for the block (then restored)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_trial(config: dict[str, Any], report: Report | None = None) -> TrialResult:
-    """Run one trial to a final status; never raises for a failure of the trial itself."""
+    """Run one trial to a final status; never raises for a failure of the trial itself.
+
+    It runs on the intra-op threads its config says (`trial_threads`), whoever calls it: a
+    backend's worker, a warm fork, or a test in its own process."""
     clock = Clock()
     result = TrialResult(status=Status.RUNNING)
     report = report or (lambda step, total, loss: None)
     try:
-        settings = prepare(config)
-        if isinstance(MODELS.entry(config["model"]["type"]), PretrainedModelEntry):
-            result.final = evaluate_pretrained(config, settings, result, clock)
-        else:
-            result.final = train_and_evaluate(config, settings, result, clock, report)
+        with intra_op_threads(trial_threads(config)):
+            settings = prepare(config)
+            if isinstance(MODELS.entry(config["model"]["type"]), PretrainedModelEntry):
+                result.final = evaluate_pretrained(config, settings, result, clock)
+            else:
+                result.final = train_and_evaluate(config, settings, result, clock, report)
         result.status = Status.DONE
     except Stop as stop:
         result.status, result.failed_step, result.error = stop.status, stop.step, str(stop)
@@ -385,10 +400,9 @@ def efficiency(trial: BuiltTrial, result: TrialResult, clock: Clock) -> dict[str
     }
 
 
-def trial_process(conn: Any, config: dict[str, Any], threads: int) -> None:
+def trial_process(conn: Any, config: dict[str, Any]) -> None:
     """Entry point of a trial's process: run, stream progress, send the result."""
     die_with_parent()
-    torch.set_num_threads(threads)
     quiet_libraries()
     result = run_trial(config, lambda step, total, loss: conn.send(("progress", step, total, loss)))
     conn.send(("result", result))

@@ -7,6 +7,7 @@ Model and task sections are validated against the schema their registry entry de
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -24,6 +25,10 @@ from pydantic import (
 )
 
 SLUG = r"^[a-z0-9][a-z0-9-]*$"
+DEFAULT_THREADS = 1
+"""A trial's intra-op torch threads unless its suite's `resources.cpus` says otherwise (every
+result in docs/results/data/ was trained with 1); the count enters a trial's config, so its key,
+only when it differs from this (`harness.runner.plan`)."""
 
 
 def some_values(values: list[Any]) -> list[Any]:
@@ -288,11 +293,20 @@ class TrackingSpec(StrictModel):
 
 class ResourcesSpec(StrictModel):
     """What each trial asks a Ray or Slurm cluster for; unset: 1 CPU, 1 GPU when its device is
-    CUDA, and the cluster's default memory (Slurm rounds CPUs and GPUs up to whole ones)."""
+    CUDA, and the cluster's default memory (Slurm rounds CPUs and GPUs up to whole ones).
+
+    `cpus` also fixes each trial's intra-op torch threads on every backend, local included
+    (`threads`), since the thread count changes a CPU trial's float reductions, so its numbers."""
 
     cpus: PositiveFloat | None = None
     gpus: NonNegativeFloat | None = None
     memory_gb: PositiveFloat | None = None
+
+    @property
+    def threads(self) -> int:
+        """A trial's intra-op torch threads: the whole CPUs in `cpus` (Ray may give a fraction
+        of one), at least 1; 1 when unset."""
+        return max(1, math.floor(self.cpus)) if self.cpus is not None else DEFAULT_THREADS
 
 
 class SlurmSpec(StrictModel):
