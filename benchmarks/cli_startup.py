@@ -9,7 +9,8 @@ fresh processes (wall time, end to end, as a user runs them):
 
 - `layerbench plan SUITE --db URL` (loads and validates the suite, plans it, reads every status
   and outcome, prints 1,000 lines to a pipe);
-- `layerbench --help`;
+- `layerbench --help` and `layerbench run --help` (a subcommand's help: the group callback runs
+  first);
 - for scale, in the same run: `python -c pass`, `python -c "import typer"` (the floor of any
   Typer command's start-up) and `python -c "import torch"` (what importing torch alone costs on
   this machine).
@@ -95,6 +96,7 @@ def main() -> None:
     commands = {
         "layerbench plan (1,000 trials, all stored)": [layerbench, "plan", str(suite), "--db", url],
         "layerbench --help": [layerbench, "--help"],
+        "layerbench run --help": [layerbench, "run", "--help"],
         'python -c "import typer"': [python, "-c", "import typer"],
         'python -c "import torch"': [python, "-c", "import torch"],
         "python -c pass": [python, "-c", "pass"],

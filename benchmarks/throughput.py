@@ -1,6 +1,7 @@
 """Training throughput and model FLOPs utilization (MFU) of the built-in gpt, fp32 and bf16.
 
     .venv/bin/python -m benchmarks.throughput [--steps 10] [--repeats 5] [--threads 1] [--compile]
+        [--shapes nanogpt,default] [--precisions fp32,bf16] [--profile]
 
 For each shape and precision, side by side in one process:
 
@@ -8,12 +9,18 @@ For each shape and precision, side by side in one process:
 - the harness: the runner's own `train_step` (autocast, the task's loss, backward, unscale,
   clip, step, schedule, zero_grad) on the built-in `gpt` built by the runner's `build`;
 - a bare model of the same shapes written here in the style of nanoGPT's model.py (fused QKV
-  projection), trained by a plain loop (`autocast; backward; clip; step; schedule; zero_grad`).
+  projection), trained by a plain loop (`autocast; backward; clip; step; schedule; zero_grad`);
+  for the `default` shape the same math as the harness: RoPE with the harness's own
+  `rope_tables` (computed once, as the model caches them) and `apply_rope`, SwiGLU
+  (`silu(gate) * up`, the two projections fused into one matmul).
 
 Shapes: `nanogpt` (learned positions, GELU MLP, as nanoGPT) and `default` (the `gpt` section's
 defaults: RoPE, SwiGLU MLP); 4 layers, width 256, 4 heads, sequence 128, tied head, pre-LN.
 After two warm-up steps each, the two loops alternate in blocks of `steps` steps, `repeats`
-times; tokens/s is the median over blocks (the marginal rate: no start-up in it). With
+times; tokens/s is the median over blocks (the marginal rate: no start-up in it). The ratio is
+also given in CPU time (process time, one thread): on a loaded machine, wall-clock blocks swing
+with the scheduler, CPU time much less. `--profile` then runs `steps` steps of each under
+`torch.profiler` and prints the operators whose self CPU time differs most between them. With
 `--compile`, a third loop runs the harness with `train.compile: true`; its first step (the
 compilation) is reported apart.
 
@@ -179,11 +186,13 @@ def bare_step(trial: BuiltTrial, kind: str, precision: str) -> tuple[Step, float
     return step, per_token
 
 
-def block_seconds(step: Step, steps: int) -> float:
-    started = time.perf_counter()
+def block_seconds(step: Step, steps: int) -> tuple[float, float]:
+    """Wall and CPU seconds of `steps` steps (one thread: the CPU time is the step's own work,
+    without the time other processes of a loaded machine took the core)."""
+    started, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
 def built(kind: str, precision: str, compiled: bool = False) -> BuiltTrial:
@@ -191,37 +200,76 @@ def built(kind: str, precision: str, compiled: bool = False) -> BuiltTrial:
     return build(config, prepare(config))
 
 
-def measure(kind: str, precision: str, steps: int, repeats: int, compiled: bool) -> None:
+def measure(
+    kind: str, precision: str, steps: int, repeats: int, compiled: bool, profiled: bool
+) -> None:
     loops = {"harness": harness_step(built(kind, precision))}
     loops["bare"], per_token = bare_step(built(kind, precision), kind, precision)
     compile_s = math.nan
     if compiled:
         loops["compiled"] = harness_step(built(kind, precision, compiled=True))
-        compile_s = block_seconds(loops["compiled"], 1)
+        compile_s = block_seconds(loops["compiled"], 1)[0]
     for step in loops.values():
         block_seconds(step, 2)
     seconds: dict[str, list[float]] = {name: [] for name in loops}
+    cpu: dict[str, list[float]] = {name: [] for name in loops}
     for _ in range(repeats):
         for name, step in loops.items():
-            seconds[name].append(block_seconds(step, steps))
+            wall, used = block_seconds(step, steps)
+            seconds[name].append(wall)
+            cpu[name].append(used)
     tokens = {
         name: steps * BATCH_SIZE * TASK["seq_len"] / statistics.median(s)
         for name, s in seconds.items()
     }
     peak = matmul_peak(DTYPES[precision])
     ratio = tokens["harness"] / tokens["bare"]
+    cpu_ratio = statistics.median(cpu["bare"]) / statistics.median(cpu["harness"])
     line = (
         f"{kind} | {precision} | {peak / 1e9:.1f} | {tokens['harness']:.0f} | {tokens['bare']:.0f}"
-        f" | {ratio:.3f} | {tokens['harness'] * per_token / peak:.3f},"
+        f" | {ratio:.3f} | {cpu_ratio:.3f} | {tokens['harness'] * per_token / peak:.3f},"
         f" {tokens['bare'] * per_token / peak:.3f}"
     )
     if compiled:
         speedup = tokens["compiled"] / tokens["harness"]
         line += f" | {tokens['compiled']:.0f} | {speedup:.3f} | {compile_s:.1f}"
     print(line, flush=True)
+    if profiled:
+        print_profile(loops, steps)
 
 
-def main(steps: int, repeats: int, threads: int, compiled: bool) -> None:
+def op_profile(step: Step, steps: int) -> dict[str, tuple[float, int]]:
+    """Self CPU seconds and calls of each operator over `steps` steps (torch.profiler)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        for _ in range(steps):
+            step()
+    return {op.key: (op.self_cpu_time_total / 1e6, op.count) for op in profile.key_averages()}
+
+
+def print_profile(loops: dict[str, Step], steps: int, rows: int = 15) -> None:
+    """The `rows` operators whose self CPU time differs most between harness and bare."""
+    harness, bare = op_profile(loops["harness"], steps), op_profile(loops["bare"], steps)
+    totals = sum(t for t, _ in harness.values()), sum(t for t, _ in bare.values())
+    print(f"  profile of {steps} steps, self CPU s: harness {totals[0]:.3f}, bare {totals[1]:.3f}")
+    print("  operator | harness s (calls) | bare s (calls)")
+    ops = sorted(
+        set(harness) | set(bare),
+        key=lambda op: -abs(harness.get(op, (0.0, 0))[0] - bare.get(op, (0.0, 0))[0]),
+    )
+    for op in ops[:rows]:
+        (h, h_calls), (b, b_calls) = harness.get(op, (0.0, 0)), bare.get(op, (0.0, 0))
+        print(f"  {op} | {h:.3f} ({h_calls}) | {b:.3f} ({b_calls})")
+
+
+def main(
+    steps: int,
+    repeats: int,
+    threads: int,
+    compiled: bool,
+    selected: tuple[list[str], list[str]] = (list(KINDS), list(DTYPES)),
+    profiled: bool = False,
+) -> None:
+    """Every selected (shape, precision): one table row, and with `profiled` its profile."""
     torch.set_num_threads(threads)
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}, load average {os.getloadavg()}")
     print(
@@ -229,13 +277,14 @@ def main(steps: int, repeats: int, threads: int, compiled: bool) -> None:
         f" {threads} thread(s)"
     )
     header = "shape | precision | peak GFLOP/s | harness tok/s | bare tok/s | harness/bare"
-    header += " | MFU harness, bare"
+    header += " | harness/bare in CPU time | MFU harness, bare"
     if compiled:
         header += " | compiled tok/s | compiled/eager | first compiled step (s)"
     print(header)
-    for kind in KINDS:
-        for precision in DTYPES:
-            measure(kind, precision, steps, repeats, compiled)
+    kinds, precisions = selected
+    for kind in kinds:
+        for precision in precisions:
+            measure(kind, precision, steps, repeats, compiled, profiled)
     print(f"{time.strftime('%H:%M:%S')}, load average {os.getloadavg()}")
 
 
@@ -245,5 +294,15 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--shapes", default=",".join(KINDS), help="nanogpt,default")
+    parser.add_argument("--precisions", default=",".join(DTYPES), help="fp32,bf16")
+    parser.add_argument("--profile", action="store_true", help="op-by-op profile of each row")
     arguments = parser.parse_args()
-    main(arguments.steps, arguments.repeats, arguments.threads, arguments.compile)
+    main(
+        arguments.steps,
+        arguments.repeats,
+        arguments.threads,
+        arguments.compile,
+        (arguments.shapes.split(","), arguments.precisions.split(",")),
+        arguments.profile,
+    )

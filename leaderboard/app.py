@@ -10,7 +10,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from harness.store.db import database_url
+from harness.store.url import database_url
 from leaderboard.state import sidebar
 
 VIEWS = Path(__file__).with_name("views")

@@ -19,9 +19,10 @@ from sqlalchemy.orm import Session
 
 from harness.ranking import TrialOutcome
 from harness.spec.declaration import RankingDeclaration
-from harness.store.db import DatabaseError, database_url, make_engine
+from harness.store.db import DatabaseError, make_engine
 from harness.store.models import Alert, LayerStatistic, MetricPoint, Result, SuiteRun, Trial
 from harness.store.queries import CHUNK, stored_outcomes
+from harness.store.url import database_url
 from harness.tasks.trivial import TRIVIAL_SUFFIX
 from harness.utils import chunks
 

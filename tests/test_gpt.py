@@ -16,9 +16,13 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from harness.methods.placement import PostNorm, PreNorm
 from harness.models.gpt import GPT, GPTConfig, GPTSpec, apply_rope, build_gpt, rope_tables
+from harness.records import TrialResult
 from harness.registry import MODELS, NORM_TYPES, UnknownNameError
+from harness.runner.plan import plan_suite
+from harness.runner.trial import run_trial
+from harness.spec import load_suite
 from harness.spec.schema import NormSpec, ParamsModel
-from tests.factories import tiny_gpt
+from tests.factories import tiny_gpt, write_suite
 
 VOCAB, BATCH, SEQ = 37, 2, 12
 SMALL = {"n_layers": 2, "d_model": 32, "n_heads": 4, "max_seq_len": 32}
@@ -292,3 +296,67 @@ def test_config_keeps_the_spec_and_norm_fields() -> None:
     )
     assert config.hidden_size == 32 and config.num_hidden_layers == 2
     assert config.tie_word_embeddings is True and config.final_norm is True
+
+
+# What the default-shape trials of `test_rope_cache_stores_what_the_uncached_model_stored` stored
+# before the RoPE tables were cached (commit a837530, torch 2.13.0+cpu, AVX512 kernels, 1 thread):
+# the final and step-3 losses as float.hex().
+RECORDED = {
+    "pre-ln": {
+        "train_loss": ("0x1.5cf2695555555p+2", "0x1.4688beaaaaaabp+2"),
+        "val_loss": ("0x1.4c63e90000000p+2", "0x1.40130d0000000p+2"),
+        "test_loss": "0x1.3eb1ee0000000p+2",
+    },
+    "bf16": {
+        "train_loss": ("0x1.5cf1d15555555p+2", "0x1.46877aaaaaaabp+2"),
+        "val_loss": ("0x1.4c63e40000000p+2", "0x1.4012230000000p+2"),
+        "test_loss": "0x1.3eb2450000000p+2",
+    },
+}
+RECORDED_ON = ("2.13.0+cpu", "AVX512")
+
+
+def uncached_rope(model: GPT, seq_len: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The tables as the model computed them in every forward before they were cached."""
+    return rope_tables(seq_len, model.config.d_model // model.config.n_heads, device)
+
+
+def stored(result: TrialResult) -> tuple[object, ...]:
+    """What the store keeps of a trial, less its timings and environment."""
+    final = {name: value for name, value in result.final.items() if name != "tokens_per_s"}
+    series = [(point.step, point.metrics) for point in result.series]
+    return result.status, final, series, result.layer_stats, result.steps_done, result.tokens
+
+
+def recorded_losses(result: TrialResult) -> dict[str, object]:
+    """The losses `RECORDED` keeps, as float.hex()."""
+    series = [point.metrics for point in result.series]
+    return {
+        "train_loss": tuple(metrics["train_loss"].hex() for metrics in series),
+        "val_loss": tuple(metrics["val_loss"].hex() for metrics in series),
+        "test_loss": result.final["test_loss"].hex(),
+    }
+
+
+@pytest.mark.slow
+def test_rope_cache_stores_what_the_uncached_model_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Default shape (RoPE, SwiGLU), fp32 and bf16: the trials store, to the last digit, what
+    they store with the tables computed in every forward, and what they stored before."""
+    suite = write_suite(tmp_path, "pre-ln: {}\nbf16: {precision: bf16}", steps=6, eval_every=3)
+    trials = [trial for trial in plan_suite(load_suite(suite)) if trial.seed == 0]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cached = {trial.method: run_trial(trial.config) for trial in trials}
+        monkeypatch.setattr(GPT, "rope", uncached_rope)
+        uncached = {trial.method: run_trial(trial.config) for trial in trials}
+    finally:
+        torch.set_num_threads(threads)
+    assert set(cached) == set(RECORDED)
+    for method, result in cached.items():
+        assert result.status == "done"
+        assert stored(result) == stored(uncached[method])
+    if (torch.__version__, torch.backends.cpu.get_cpu_capability()) == RECORDED_ON:
+        assert {method: recorded_losses(result) for method, result in cached.items()} == RECORDED

@@ -52,3 +52,42 @@ def test_light_commands_import_no_torch_transformers_or_mlflow(tmp_path: Path) -
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["codes"] == {"validate": 0, "plan": 0, "status": 0, "rank": 2}
     assert report["heavy"] == []
+
+
+HELP_PROBE = """
+import json, sys
+import typer.main
+from typer.testing import CliRunner
+from harness.cli import app
+def paths(command, path):
+    yield path
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from paths(sub, [*path, name])
+runner = CliRunner()
+codes = {" ".join(p): runner.invoke(app, [*p, "--help"]).exit_code
+         for p in paths(typer.main.get_command(app), [])}
+heavy = [m for m in json.loads(sys.argv[1]) if m in sys.modules]
+print(json.dumps({"codes": codes, "heavy": heavy}))
+"""
+
+
+def test_help_of_every_command_imports_no_database_or_validation_library(tmp_path: Path) -> None:
+    """`layerbench --help` and `layerbench SUBCOMMAND --help` (issue 23: < 0.3 s) load Typer and
+    Rich only: not SQLAlchemy or Alembic (the group callback's database URL comes from
+    `harness.store.url`), not Pydantic (Typer's adapter for the group's unset `--help` flag;
+    `harness.cli.common.Group`), not numpy."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    heavy = ("sqlalchemy", "alembic", "pydantic", "numpy", *HEAVY)
+    done = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE, json.dumps(heavy)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"", "run", "rank", "db upgrade", "data install"} <= set(report["codes"])
+    assert set(report["codes"].values()) == {0}
+    assert report["heavy"] == []

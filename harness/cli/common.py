@@ -2,7 +2,9 @@
 into one red line and exit code 2 (SPEC section 10).
 
 The command modules import their libraries (SQLAlchemy and Alembic, Pydantic, numpy) inside
-the functions that use them, so `layerbench --help` loads none of them (issue 23)."""
+the functions that use them, so `layerbench --help` loads none of them, nor does a
+subcommand's `--help` (the group callback reads the database URL from `harness.store.url`;
+`Group`) (issue 23)."""
 
 from __future__ import annotations
 
@@ -11,24 +13,40 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer.core import TyperGroup, TyperOption
 
 from harness.console import errors
 from harness.logs import VERBOSE_ENV, log_file_beside, route_logs, written
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+    from typer._click.core import Context
 
     from harness.spec import Suite
 
+
+class Group(TyperGroup):
+    """A command group whose `--help` flag defaults to False (Typer leaves it None): Typer
+    passes a non-bool value through a Pydantic adapter, built on first use, so `layerbench
+    SUBCOMMAND --help`, which leaves the group's flag unset, imported Pydantic for it."""
+
+    def get_help_option(self, ctx: Context) -> TyperOption | None:
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.default = False
+        return option
+
+
 app = typer.Typer(
     help="LayerBench: benchmark layerwise deep-learning methods.",
+    cls=Group,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+db_app = typer.Typer(help="Database maintenance.", cls=Group, no_args_is_help=True)
 app.add_typer(db_app, name="db")
-data_app = typer.Typer(help="Offline data sets.", no_args_is_help=True)
+data_app = typer.Typer(help="Offline data sets.", cls=Group, no_args_is_help=True)
 app.add_typer(data_app, name="data")
 
 SuiteArg = Annotated[Path, typer.Argument(help="A suite YAML file.")]
@@ -47,7 +65,7 @@ def main(
     ] = False,
 ) -> None:
     """LayerBench: benchmark layerwise deep-learning methods."""
-    from harness.store.db import database_url
+    from harness.store.url import database_url
 
     if verbose:
         os.environ[VERBOSE_ENV] = "1"
@@ -86,7 +104,8 @@ def load(path: Path) -> Suite:
 
 
 def open_db(url: str | None) -> Engine:
-    from harness.store.db import DatabaseError, database_url, open_database
+    from harness.store.db import DatabaseError, open_database
+    from harness.store.url import database_url
 
     route_logs(log_file_beside(database_url(url)))  # third-party messages: beside the database
     try:

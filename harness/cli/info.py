@@ -62,7 +62,7 @@ def leaderboard(
     import os
     import sys
 
-    from harness.store.db import database_url
+    from harness.store.url import database_url
 
     root = str(Path(__file__).resolve().parents[1])  # where the leaderboard package lies
     env = {
@@ -105,7 +105,8 @@ def versions(
 @db_app.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Create or migrate the results database to the latest schema."""
-    from harness.store.db import database_url, redact
+    from harness.store.db import redact
+    from harness.store.url import database_url
 
     open_db(db)
     console.print(f"database {redact(database_url(db))} is at the latest schema")

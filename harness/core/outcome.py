@@ -37,6 +37,8 @@ class GroupKey(NamedTuple):
 def point_label(method: str, sweep: Mapping[str, Any], separator: str = "") -> str:
     """A sweep point's name, `method[field=value,...]` (the method alone without a sweep);
     `separator` goes between the method and the bracket (" " in the ranking's tables)."""
+    if not sweep:
+        return method
     point = ",".join(f"{name}={value}" for name, value in sweep.items())
     return f"{method}{separator}[{point}]" if point else method
 

@@ -262,6 +262,7 @@ class GPT(PreTrainedModel, GenerationMixin):
         )
         self.final_norm = make_norm(config.d_model, "final") if config.final_norm else nn.Identity()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.rope_cache: dict[tuple[int, torch.device], Rope] = {}
         self.post_init()
 
     def init_weights(self) -> None:
@@ -296,6 +297,19 @@ class GPT(PreTrainedModel, GenerationMixin):
             x = x * self.embed_scale
         return self.dropout(self.embed_norm(x))
 
+    def rope(self, seq_len: int, device: torch.device) -> Rope:
+        """The rotary tables of `seq_len` positions, computed once per length and device (the
+        same call, so the same values as computing them in every forward); under
+        `torch.compile` they are computed in the graph, as before, and not cached."""
+        head_dim = self.config.d_model // self.config.n_heads
+        if torch.compiler.is_compiling():
+            return rope_tables(seq_len, head_dim, device)
+        key = (seq_len, device)
+        if key not in self.rope_cache:
+            with torch.inference_mode(False), torch.no_grad():
+                self.rope_cache[key] = rope_tables(seq_len, head_dim, device)
+        return self.rope_cache[key]
+
     def forward(
         self,
         input_ids: Tensor,
@@ -307,8 +321,7 @@ class GPT(PreTrainedModel, GenerationMixin):
     ) -> CausalLMOutputWithPast | tuple[Tensor, ...]:
         config = self.config
         x = self.embed(input_ids)
-        head_dim = config.d_model // config.n_heads
-        rope = rope_tables(x.shape[1], head_dim, x.device) if config.pos == "rope" else None
+        rope = self.rope(x.shape[1], x.device) if config.pos == "rope" else None
         padded = attention_mask is not None and not bool(attention_mask.all())
         mask = padding_mask(attention_mask) if padded else None
         hidden_states = [x]

@@ -84,14 +84,16 @@ def select_tuned(
     if tuning == "per_seed":
         return _best_per_seed(outcomes, metric, direction)
     points: dict[CellKey, dict[str, list[TrialOutcome]]] = {}
-    for outcome in outcomes:
-        label = point_label(outcome.method, outcome.sweep)
+    labels = [point_label(o.method, o.sweep) for o in outcomes]
+    for outcome, label in zip(outcomes, labels, strict=True):
         points.setdefault(cell_of(outcome), {}).setdefault(label, []).append(outcome)
+    if all(len(by_point) == 1 for by_point in points.values()):
+        return outcomes  # no sweep: every point is chosen
     chosen = {
         cell: min(by_point.items(), key=lambda item: _point_key(item[1], metric, direction))[0]
         for cell, by_point in points.items()
     }
-    return [o for o in outcomes if point_label(o.method, o.sweep) == chosen[cell_of(o)]]
+    return [o for o, label in zip(outcomes, labels, strict=True) if label == chosen[cell_of(o)]]
 
 
 def _point_key(seeds: list[TrialOutcome], metric: str, direction: Direction) -> tuple[int, float]:

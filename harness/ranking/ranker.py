@@ -113,7 +113,8 @@ def _warnings(
             f"{ci} intervals from fewer than {BOOTSTRAP_MIN_N} seeds cover the mean far less "
             "than 95% of the time; use rank.ci: t"
         )
-    swept = any(size > 1 for size in sweep_sizes(outcomes).values())
+    sizes = sweep_sizes(outcomes)
+    swept = any(size > 1 for size in sizes.values())
     if tuning == "per_seed" and swept:
         found.append("per_seed tuning picks each seed's best sweep point: optimistic")
     if tune_metric == metric and swept:
@@ -121,14 +122,15 @@ def _warnings(
             f"sweep points are chosen on {metric}, the reported metric; set rank.tune_metric "
             "to a held-out one"
         )
-    found += _unequal_sweeps(outcomes)
+    found += _unequal_sweeps(sizes)
     return found
 
 
-def _unequal_sweeps(outcomes: list[TrialOutcome]) -> list[str]:
-    """A warning per (model, task) where the compared methods have different sweep sizes."""
+def _unequal_sweeps(sizes: dict[CellKey, int]) -> list[str]:
+    """A warning per (model, task) where the compared methods have different sweep sizes
+    (`sizes`: `sweep_sizes` of the outcomes)."""
     by_cell: dict[GroupKey, dict[str, int]] = {}
-    for (method, model, task), size in sweep_sizes(outcomes).items():
+    for (method, model, task), size in sizes.items():
         by_cell.setdefault(GroupKey(task, model), {})[method] = size
     return [
         f"{task} / {model}: sweep sizes differ ("

@@ -35,8 +35,8 @@ from harness.store.models import (
     SuiteRun,
     Trial,
 )
+from harness.store.url import database_url
 
-DEFAULT_URL = "sqlite:///layerbench.db"
 MIGRATIONS = Path(__file__).with_name("migrations")
 STALE_AFTER = timedelta(minutes=5)
 """The lease of a claim: a `running` trial whose heartbeat is older is free to take (docs/
@@ -50,10 +50,6 @@ R = TypeVar("R")
 
 class DatabaseError(RuntimeError):
     """The results database cannot be reached or used."""
-
-
-def database_url(url: str | None = None) -> str:
-    return url or os.environ.get("LAYERBENCH_DB") or DEFAULT_URL
 
 
 def now() -> datetime:

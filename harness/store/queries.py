@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Connection, Engine, Text, cast, func, select
 from sqlalchemy.orm import Session
 
 from harness.core import EvalPoint, Status, TrialOutcome
@@ -61,10 +62,12 @@ OUTCOME_COLUMNS = (
     Trial.task,
     Trial.seed,
     Trial.status,
-    Trial.sweep,
+    cast(Trial.sweep, Text),  # the JSON text, decoded by `Sweeps`
     Trial.key,
     Trial.wall_time_s,
 )
+FINAL = {status.value: status for status in FINAL_STATUSES}
+"""A final status by its stored value."""
 
 
 def stored_outcomes(
@@ -75,38 +78,54 @@ def stored_outcomes(
 
     Only the columns ranking needs are read (not configs or environments), as Core rows (no ORM
     objects), in chunks of `OUTCOME_CHUNK` keys, so a leaderboard of 100,000 trials loads
-    quickly."""
+    quickly: rows are fetched all at once and unpacked, and each distinct sweep's JSON text is
+    decoded once (`Sweeps`)."""
     records: list[TrialOutcome] = []
+    sweeps = Sweeps()
     with engine.connect() as connection:
         for chunk in chunks(keys, OUTCOME_CHUNK):
             # the status is tested here, not in SQL: with both, SQLite may scan the status index
             rows = connection.execute(select(*OUTCOME_COLUMNS).where(Trial.key.in_(chunk)))
-            trials = [trial for trial in rows if trial.status in FINAL_STATUSES]
-            ids = [trial.id for trial in trials]
+            trials = [trial for trial in rows.all() if trial[5] in FINAL]
+            ids = [trial[0] for trial in trials]
             metrics: dict[int, dict[str, float]] = defaultdict(dict)
             results = select(Result.trial_id, Result.name, Result.value).where(
                 Result.trial_id.in_(ids)
             )
-            for trial_id, name, value in connection.execute(results):
+            for trial_id, name, value in connection.execute(results).all():
                 if value is not None:
                     metrics[trial_id][name] = value
             series = metric_series(connection, ids, series_metric) if series_metric else {}
             records += [
                 TrialOutcome(
-                    method=trial.method,
-                    model=trial.model,
-                    task=trial.task,
-                    seed=trial.seed,
-                    status=Status(trial.status),
-                    metrics=metrics[trial.id],
-                    sweep=trial.sweep,
-                    key=trial.key,
-                    series=series.get(trial.id, []),
-                    wall_time_s=trial.wall_time_s,
+                    method=method,
+                    model=model,
+                    task=task,
+                    seed=seed,
+                    status=FINAL[status],
+                    metrics=metrics[trial_id],
+                    sweep=sweeps.decoded(sweep),
+                    key=key,
+                    series=series.get(trial_id, []),
+                    wall_time_s=wall_time_s,
                 )
-                for trial in trials
+                for trial_id, method, model, task, seed, status, sweep, key, wall_time_s in trials
             ]
     return records
+
+
+class Sweeps:
+    """Sweep points read as JSON text and decoded once per distinct text (a suite has a few
+    sweep points over thousands of trials); each outcome gets its own copy of the dict."""
+
+    def __init__(self) -> None:
+        self._decoded: dict[str | None, dict[str, Any]] = {}
+
+    def decoded(self, text: str | None) -> dict[str, Any]:
+        """The sweep point stored as `text` (None: no sweep)."""
+        if text not in self._decoded:
+            self._decoded[text] = {} if text is None else json.loads(text)
+        return dict(self._decoded[text])
 
 
 def task_sections(engine: Engine, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -173,6 +192,8 @@ def example_outcomes(
     finite) reads as NaN; trials without outcomes are absent. Reads only these four columns.
     """
     outcomes: dict[str, dict[str, dict[str, float]]] = {}
+    if session.scalar(select(ExampleOutcome.trial_id).limit(1)) is None:
+        return outcomes  # no trial stored any: no need to look the keys up
     for chunk in chunks(trial_keys, OUTCOME_CHUNK):
         rows = session.execute(
             select(
