@@ -145,7 +145,7 @@ def sections(db_dir: Path) -> list[str]:
     for name in SUITES:
         suite, db = f"suites/findings/{name}.yaml", db_dir / f"findings-{name}.db"
         lines += [
-            f"### `{name}.yaml`",
+            f"## Results: `{name}.yaml`",
             "",
             "```sh",
             f"python benchmarks/findings_rerun.py {suite} \\",
