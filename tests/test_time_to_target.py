@@ -117,10 +117,11 @@ def test_performance_profile_score_matches_algoperf_by_hand() -> None:
 
 
 def layerbench(*args: str) -> str:
-    """The output of a `layerbench` command run in this process; it must succeed."""
+    """The standard output of a `layerbench` command run in this process (notes such as where
+    third-party messages went are on stderr); it must succeed."""
     result = invoke(*args)
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout
 
 
 @pytest.mark.slow
