@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,9 +40,17 @@ def test_light_commands_import_no_torch_transformers_or_mlflow(tmp_path: Path) -
         "status": ["status", "--db", db],
         "rank": ["rank", suite, "--db", db],  # no results yet: a clear error, exit 2
     }
+    report = probe(tmp_path, PROBE, json.dumps(commands), json.dumps(HEAVY))
+    assert report["codes"] == {"validate": 0, "plan": 0, "status": 0, "rank": 2}
+    assert report["heavy"] == []
+
+
+def probe(tmp_path: Path, script: str, *args: str) -> dict[str, Any]:
+    """Run `script` in a fresh interpreter (the repository on its path) and read the JSON report
+    it prints last."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(commands), json.dumps(HEAVY)],
+        [sys.executable, "-c", script, *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -49,9 +58,7 @@ def test_light_commands_import_no_torch_transformers_or_mlflow(tmp_path: Path) -
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["codes"] == {"validate": 0, "plan": 0, "status": 0, "rank": 2}
-    assert report["heavy"] == []
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 HELP_PROBE = """
@@ -76,18 +83,8 @@ def test_help_of_every_command_imports_no_database_or_validation_library(tmp_pat
     Rich only: not SQLAlchemy or Alembic (the group callback's database URL comes from
     `harness.store.url`), not Pydantic (Typer's adapter for the group's unset `--help` flag;
     `harness.cli.common.Group`), not numpy."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     heavy = ("sqlalchemy", "alembic", "pydantic", "numpy", *HEAVY)
-    done = subprocess.run(
-        [sys.executable, "-c", HELP_PROBE, json.dumps(heavy)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = probe(tmp_path, HELP_PROBE, json.dumps(heavy))
     assert {"", "run", "rank", "db upgrade", "data install"} <= set(report["codes"])
     assert set(report["codes"].values()) == {0}
     assert report["heavy"] == []
