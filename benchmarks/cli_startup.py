@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from harness.core import Status
 from harness.runner.plan import plan_suite
 from harness.spec import load_suite
 from harness.store.db import make_engine, upgrade
@@ -72,7 +73,8 @@ def store_all(path: Path, url: str) -> None:
     upgrade(engine)
     rng = np.random.default_rng(0)
     trials = plan_suite(load_suite(path))
-    store_bulk(engine, [(t, fake_result("done", 1.6 + rng.normal(0, 0.02), rng)) for t in trials])
+    results = [(t, fake_result(Status.DONE, 1.6 + rng.normal(0, 0.02), rng)) for t in trials]
+    store_bulk(engine, results)
 
 
 def wall(command: list[str]) -> float:

@@ -35,6 +35,7 @@ import yaml
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from harness.core import Status
 from harness.runner.trial import build, prepare
 from harness.store.db import make_engine
 from harness.store.models import Trial
@@ -132,7 +133,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         trials = run_suite(args.steps, Path(directory))
     for trial in trials:
-        done = trial["status"] == "done" and trial["train_time_s"]
+        done = trial["status"] == Status.DONE and trial["train_time_s"]
         trial["tokens_per_s"] = trial["tokens"] / trial["train_time_s"] if done else None
         trial["mfu"] = trial["tokens_per_s"] * per_token / peak if done else None
     print(f"{device}: bf16 matmul peak {peak / 1e12:.1f} TFLOP/s, {per_token:.3g} FLOPs/token")

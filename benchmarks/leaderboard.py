@@ -31,6 +31,7 @@ import numpy as np
 from playwright.sync_api import Browser, expect, sync_playwright
 
 from benchmarks.browser import launch, open_leaderboard, serve
+from harness.core import Status
 from harness.ranking import rank
 from harness.ranking.suite import plan_outcomes, rank_suite, recorded
 from harness.spec.declaration import RankingDeclaration
@@ -67,7 +68,13 @@ def generate(path: Path, seeds: int) -> None:
     results = []
     for trial in planned(SUITE, methods(), ["gpt-6l"], TASKS, range(seeds)):
         draw = rng.random()
-        status = "diverged" if draw < DIVERGED else "failed" if draw < DIVERGED + FAILED else "done"
+        status = (
+            Status.DIVERGED
+            if draw < DIVERGED
+            else Status.FAILED
+            if draw < DIVERGED + FAILED
+            else Status.DONE
+        )
         bits = trial.config.get("quantize", {}).get("bits", 16)
         loss = 1.6 + offsets[trial.method] + 0.02 * (16 - bits) / 14 + rng.normal(0, 0.02)
         extra = {"effective_bits": float(bits), "model_bytes": bits * 1.2e6 / 8}

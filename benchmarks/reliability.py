@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.faults import RUNNER_PID  # noqa: E402
+from harness.core import Status  # noqa: E402
 from harness.runner.plan import plan_suite  # noqa: E402
 from harness.spec import load_suite  # noqa: E402
 from harness.store.models import MetricPoint, Result, Trial  # noqa: E402
@@ -43,7 +44,7 @@ from harness.store.models import MetricPoint, Result, Trial  # noqa: E402
 PG_ADMIN_URL = os.environ.get(
     "LAYERBENCH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-FINAL = ("done", "diverged", "failed", "timeout")
+FINAL = tuple(s for s in Status if s.final)
 KILL_KINDS = ("train", "eval", "db_write", "mlflow_write")
 
 
@@ -153,7 +154,7 @@ def audit(url: str, suite: Path, mlflow_uri: str | None = None) -> dict[str, int
         without_results = sum(
             1
             for t in trials.values()
-            if t.status == "done"
+            if t.status == Status.DONE
             and not session.scalar(select(func.count()).where(Result.trial_id == t.id))
         )
     engine.dispose()
@@ -162,7 +163,7 @@ def audit(url: str, suite: Path, mlflow_uri: str | None = None) -> dict[str, int
         "lost": len(planned - {k for k, t in trials.items() if t.status in FINAL})
         + without_results,
         "duplicated": duplicated_results + duplicated_points,
-        "orphaned_running": sum(t.status == "running" for t in trials.values()),
+        "orphaned_running": sum(t.status == Status.RUNNING for t in trials.values()),
         "attempts": sum(t.attempts for t in trials.values()),
         "statuses": dict(Counter(t.status for t in trials.values())),
         "reasons": dict(Counter(last_line(t.error) for t in trials.values() if t.error)),
@@ -229,7 +230,7 @@ def kill_campaign(kind: str, kills: int, trials: int, seed: int = 0) -> dict[str
             quiet = () if where == "mlflow_write" else ("--no-mlflow",)
             runner = start(suite, url, environment(workdir, **extra), *quiet)
             if where == "train":
-                wait_for_status(url, "running", runner.pid)
+                wait_for_status(url, Status.RUNNING, runner.pid)
                 time.sleep(rng.uniform(0.2, 2.0))
                 runner.send_signal(signal.SIGKILL)
             output_of(runner)
@@ -289,13 +290,13 @@ def stale_claims(kind: str) -> dict[str, Any]:
         suite = write_suite(workdir, methods, steps=80)
         env = environment(workdir)
         owner = start(suite, url, env, "--no-mlflow")
-        wait_for_status(url, "running")
+        wait_for_status(url, Status.RUNNING)
         other = start(suite, url, env, "--no-mlflow")
         output_of(other)
         owner_alive = owner.poll() is None
         with Session(create_engine(url)) as session:
             slow = session.scalars(select(Trial).where(Trial.method == "slow")).one()
-            held_by_owner = slow.status == "running" and f":{owner.pid}:" in slow.claimed_by
+            held_by_owner = slow.status == Status.RUNNING and f":{owner.pid}:" in slow.claimed_by
             taken_while_alive = slow.attempts > 1
         owner.send_signal(signal.SIGKILL)
         owner.wait()
@@ -333,7 +334,9 @@ def remote_lease(url: str, suite: Path) -> dict[str, bool]:
                 update(Trial)
                 .where(Trial.key == trial.key)
                 .values(
-                    status="running", claimed_by="elsewhere:1:00000000", heartbeat_at=now() - age
+                    status=Status.RUNNING,
+                    claimed_by="elsewhere:1:00000000",
+                    heartbeat_at=now() - age,
                 )
             )
         verdicts[f"other_host_{label}_lease_taken"] = ledger.claim(trial)

@@ -28,6 +28,7 @@ from benchmarks.reliability import (
     wait_for_status,
     write_suite,
 )
+from harness.core import Status
 from harness.store.models import Trial
 
 PG_BIN = Path(shutil.which("pg_ctl") or "/usr/local/bin/pg_ctl").parent
@@ -127,7 +128,7 @@ def database_down_mid_suite(workdir: Path, down_s: float = 20.0) -> dict[str, An
         methods = {f"m{i}": "{optimizer: {name: sleepy}}" for i in range(4)}
         suite = write_suite(workdir, methods, steps=6, name="dbdown")
         runner = start(suite, url, environment(workdir), "--no-mlflow")
-        wait_for_status(url, "done")
+        wait_for_status(url, Status.DONE)
         run_as_postgres(*pg_ctl, "-m", "fast", "-w", "stop")
         time.sleep(down_s)
         run_as_postgres(*pg_ctl, "-w", "start")
