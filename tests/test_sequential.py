@@ -5,7 +5,7 @@ the methods that get more seeds."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +13,10 @@ import pytest
 from sqlalchemy import Engine
 
 from benchmarks.sequential import Design, directional, draws, null_checks, tie
-from harness.core import TrialOutcome
+from harness.core import Direction, TrialOutcome
 from harness.ranking.findings import findings
-from harness.ranking.rounds import SequentialSeeds, look, wanted_trials
+from harness.ranking.outcomes import select_tuned
+from harness.ranking.rounds import SequentialSeeds, look, most_trials, wanted_trials
 from harness.ranking.sequential import (
     CheckInput,
     Looks,
@@ -164,6 +165,51 @@ def test_only_the_two_methods_of_an_open_claim_get_more_seeds() -> None:
     wanted = wanted_trials(found, planned(["a", "b", "c", "d"]))
     assert {(t.method, t.seed) for t in wanted} == {(m, s) for m in "cd" for s in range(6)}
     assert any("more seeds: c/m/t to 6" in line for line in found.lines(1))
+
+
+def test_a_tuned_method_is_tuned_on_the_initial_seeds_and_only_its_point_gets_more() -> None:
+    rng = np.random.default_rng(8)
+    points = {"c": [({"lr": 1}, 3.0), ({"lr": 2}, 3.4)], "d": [({}, 3.0)]}
+    outcomes = [
+        replace(
+            outcome(m, s, mean + 0.2 * rng.standard_normal()),
+            sweep=sweep,
+            key=f"{m}{sweep}{s}",
+        )
+        for m, by_point in points.items()
+        for sweep, mean in by_point
+        for s in range(3)
+    ]
+    # a later seed where the other point shines does not change the choice
+    outcomes.append(replace(outcome("c", 3, 0.0), sweep={"lr": 2}, key="c-lr2-3"))
+    tuned = select_tuned(outcomes, "val_loss", Direction.MIN, tuned_on=3)
+    assert {o.sweep.get("lr") for o in tuned if o.method == "c"} == {1}
+    assert select_tuned(outcomes, "val_loss", Direction.MIN)[-1].key == "c-lr2-3"  # all seeds
+    claim = Claim(method="c", than="d", direction="better", source="open")
+    plan = RankPlan("s", [], None, RankSpec(), claims=(claim,), models=("m",), schedule=SCHEDULE)
+    found = look(plan, SCHEDULE, outcomes[:-1])
+    assert found.wanted == {("c", "m", "t"): 6, ("d", "m", "t"): 6}
+    trials = [
+        PlannedTrial(f"{m}{sweep}{s}", "s", m, "m", "t", s, sweep, {})
+        for m, by_point in points.items()
+        for sweep, _ in by_point
+        for s in range(12)
+    ]
+    wanted = wanted_trials(found, trials)
+    assert {(t.method, t.sweep.get("lr"), t.seed) for t in wanted} == {
+        (m, lr, s) for m, lr in [("c", 1), ("d", None)] for s in range(6)
+    }
+    assert any("more seeds: c[lr=1]/m/t to 6" in line for line in found.lines(1))
+    suite = Suite.model_validate(
+        {
+            "suite": "s",
+            "seeds": {"initial": 3, "max": 12, "step": 3},
+            "models": {"m": {"type": "gpt"}},
+            "tasks": {"t": {"type": "lm"}},
+            "methods": {"c": {"sweep": {"optimizer.lr": [1, 2]}}, "d": {}},
+        }
+    )
+    assert most_trials(suite, trials) == 9 + 9 * 2  # 3 trials a seed, then 2
 
 
 def test_without_claims_each_method_is_compared_with_the_baseline() -> None:

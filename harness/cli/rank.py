@@ -43,16 +43,22 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     counts = Counter(status_of(suite, t, statuses) for t in trials)
     console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     if (schedule := suite.schedule) is not None:
+        from harness.ranking.rounds import most_trials
+
         initial = sum(t.seed < schedule.initial for t in trials)
         console.print(
             f"sequential seeds: {initial} initial trials (seeds 0-{schedule.initial - 1}), "
-            f"then {schedule.step} seed(s) at a time for undecided comparisons, at most "
-            f"{len(trials)} trials (seeds 0-{schedule.max - 1}); docs/sequential.md"
+            f"then {schedule.step} seed(s) at a time for undecided comparisons (of each tuned "
+            f"method, the sweep point chosen on the initial seeds), at most "
+            f"{most_trials(suite, trials)} trials (seeds 0-{schedule.max - 1}); "
+            "docs/sequential.md"
         )
     if any(trial.sweep for trial in trials):
         metric = suite.rank.tune_metric or suite.rank.metric
+        initial = suite.schedule is not None and suite.rank.tuning == "per_method"
         console.print(
             f"* the tuned result: {TUNING_RULES[suite.rank.tuning].format(metric=metric)}"
+            + (" (its initial seeds: later seeds run the chosen point)" if initial else "")
         )
 
 
@@ -79,8 +85,10 @@ def plan_lines(
     tune_metric = suite.rank.tune_metric or metric
     stored = {o.key: o for o in stored_outcomes(engine, [t.key for t in trials])}
     direction = METRICS.get(tune_metric).direction
+    tuned_on = suite.schedule.initial if suite.schedule is not None else None
     tuned = {
-        o.key for o in select_tuned(stored.values(), tune_metric, direction, suite.rank.tuning)
+        o.key
+        for o in select_tuned(stored.values(), tune_metric, direction, suite.rank.tuning, tuned_on)
     }
     lines = []
     for trial in trials:

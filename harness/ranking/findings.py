@@ -304,10 +304,13 @@ def findings(
     name none; `models` orders recipes of claims that list none (default: sorted); `trivial`
     gives each task's trivial predictor's values (a trial's own `trivial_name(metric)` result
     takes precedence; without either, no check is degenerate); `schedule`: the suite's
-    sequential seeds, if any."""
+    sequential seeds, if any (sweep points are then chosen on its initial seeds)."""
     tune_metric = tune_metric or metric
     outcomes = list(outcomes)
-    tuned = select_tuned(outcomes, tune_metric, METRICS.get(tune_metric).direction, tuning)
+    tuned_on = schedule.initial if schedule is not None else None
+    tuned = select_tuned(
+        outcomes, tune_metric, METRICS.get(tune_metric).direction, tuning, tuned_on
+    )
     levels = _levels(outcomes, trivial or {})
     pending = [
         _with_cpu(check, claim, baseline, outcomes)

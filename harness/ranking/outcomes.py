@@ -7,6 +7,9 @@ Tuning (`rank.tuning`):
   reported. A diverged seed is infinitely bad, so a point with fewer diverged seeds always wins
   (a crash or a timeout is not the method's fault and does not count, `Status.loses`); among
   points with as many, the better mean over the finished seeds wins; ties keep the first point.
+  In a suite with sequential seeds the point is chosen on the initial seeds only (`tuned_on`),
+  once, at the first look: later seeds run the chosen point alone (`harness.ranking.rounds`),
+  so a point's later seeds never change which point is reported.
 - `per_seed`: per (method, model, task, seed), the point with the best value of the tuning
   metric. Optimistic: with the reported metric as the tuning metric, a method with more sweep
   points gains from noise alone.
@@ -78,8 +81,10 @@ def select_tuned(
     metric: str,
     direction: Direction,
     tuning: Tuning = "per_method",
+    tuned_on: int | None = None,
 ) -> list[TrialOutcome]:
-    """The outcomes of the tuned sweep points (see the module doc), in input order."""
+    """The outcomes of the tuned sweep points (see the module doc), in input order; with
+    `tuned_on`, `per_method` points are chosen on seeds 0 .. tuned_on - 1 alone."""
     outcomes = list(outcomes)
     if tuning == "per_seed":
         return _best_per_seed(outcomes, metric, direction)
@@ -90,7 +95,12 @@ def select_tuned(
     if all(len(by_point) == 1 for by_point in points.values()):
         return outcomes  # no sweep: every point is chosen
     chosen = {
-        cell: min(by_point.items(), key=lambda item: _point_key(item[1], metric, direction))[0]
+        cell: min(
+            by_point.items(),
+            key=lambda item: _point_key(
+                [o for o in item[1] if tuned_on is None or o.seed < tuned_on], metric, direction
+            ),
+        )[0]
         for cell, by_point in points.items()
     }
     return [o for o, label in zip(outcomes, labels, strict=True) if label == chosen[cell_of(o)]]

@@ -45,6 +45,7 @@ def rank(
     *,
     examples: ExampleOutcomes | None = None,
     n_bootstrap: int = 2000,
+    tuned_on: int | None = None,
 ) -> Ranking:
     """Rank the methods per (task, model) group and overall (see the module doc), the way the
     suite's `rank` section `spec` says (a metric name: that metric, every other field at its
@@ -52,14 +53,17 @@ def rank(
 
     `examples` (trial key -> metric -> example id -> value) gives example-level intervals and
     tests to groups with one seed per method. A baseline without outcomes is dropped with a
-    warning. Raises `UnknownNameError` for an unknown metric.
+    warning. `tuned_on`: sweep points are chosen on these first seeds (a suite with sequential
+    seeds: its initial ones, `select_tuned`). Raises `UnknownNameError` for an unknown metric.
     """
     spec = RankSpec(metric=spec) if isinstance(spec, str) else spec
     metric, target = spec.metric, spec.target
     direction = METRICS.get(metric).direction
     tune_metric = spec.tune_metric or metric
     outcomes = list(outcomes)
-    tuned = select_tuned(outcomes, tune_metric, METRICS.get(tune_metric).direction, spec.tuning)
+    tuned = select_tuned(
+        outcomes, tune_metric, METRICS.get(tune_metric).direction, spec.tuning, tuned_on
+    )
     warnings = _warnings(outcomes, tuned, baseline, spec)
     if baseline is not None and all(o.method != baseline for o in tuned):
         baseline = None

@@ -4,7 +4,10 @@ The policy of `layerbench run`: first seeds 0 .. initial - 1 of every trial; the
 (the findings of `harness.ranking.findings` on every stored outcome) `step` more seeds only for
 the two methods of each comparison still open on its recipe (model, task): not decided, not
 futile, below `max` (`harness.ranking.sequential`). The comparisons are the suite's `expect`
-claims, or without claims each method against the baseline. `SequentialSeeds` is the round
+claims, or without claims each method against the baseline. A method with a sweep is tuned on
+the initial seeds (`harness.ranking.outcomes.select_tuned`, `tuned_on`), so its later seeds run
+the chosen sweep point alone (with `rank.tuning: per_seed`, every point, as each seed picks its
+own). `SequentialSeeds` is the round
 policy of a run (`trials(round)`: the next batch given the stored outcomes); the rest is pure.
 """
 
@@ -14,10 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from harness.core import CellKey, TrialOutcome, cell_of
+from harness.core import CellKey, TrialOutcome, cell_of, point_label
 from harness.ranking.findings import Finding
+from harness.ranking.outcomes import select_tuned
 from harness.ranking.suite import RankPlan, claim_findings, plan_of
 from harness.records import PlannedTrial
+from harness.registry import METRICS
 from harness.spec.schema import SeedSchedule, Suite
 
 if TYPE_CHECKING:
@@ -31,6 +36,8 @@ class Look:
     findings: list[Finding]
     wanted: dict[CellKey, int]
     """(method, model, task) -> seeds 0 .. n - 1 it needs; only cells of open comparisons."""
+    points: dict[CellKey, str] | None = None
+    """(method, model, task) -> the sweep point that runs the later seeds; None: every point."""
 
     def lines(self, number: int) -> list[str]:
         """The look as `layerbench run` prints it."""
@@ -47,9 +54,10 @@ class Look:
                     f"interval [{low}, {high}], {check.verdict_text} ({state})"
                 )
         if self.wanted:
+            points = self.points or {}
             more = ", ".join(
-                f"{method}/{model}/{task} to {n}"
-                for (method, model, task), n in sorted(self.wanted.items())
+                f"{points.get(cell, cell.method)}/{cell.model}/{cell.task} to {n}"
+                for cell, n in sorted(self.wanted.items())
             )
             out.append(f"  more seeds: {more}")
         else:
@@ -74,7 +82,20 @@ def look(plan: RankPlan, schedule: SeedSchedule, outcomes: Sequence[TrialOutcome
             target = min(schedule.max, ran + schedule.step)
             for cell in cells:
                 wanted[cell] = max(wanted.get(cell, 0), target)
-    return Look(found, wanted)
+    return Look(found, wanted, _tuned_points(plan, schedule, outcomes))
+
+
+def _tuned_points(
+    plan: RankPlan, schedule: SeedSchedule, outcomes: Sequence[TrialOutcome]
+) -> dict[CellKey, str] | None:
+    """The sweep point each cell reports, chosen on the initial seeds; None under per_seed
+    tuning (each seed picks its own point, so every point runs every seed)."""
+    if plan.spec.tuning == "per_seed":
+        return None
+    tune_metric = plan.spec.tune_metric or plan.spec.metric
+    direction = METRICS.get(tune_metric).direction
+    tuned = select_tuned(outcomes, tune_metric, direction, "per_method", schedule.initial)
+    return {cell_of(o): point_label(o.method, o.sweep) for o in tuned}
 
 
 def initial_trials(schedule: SeedSchedule, planned: Sequence[PlannedTrial]) -> list[PlannedTrial]:
@@ -82,9 +103,30 @@ def initial_trials(schedule: SeedSchedule, planned: Sequence[PlannedTrial]) -> l
     return [t for t in planned if t.seed < schedule.initial]
 
 
+def most_trials(suite: Suite, planned: Sequence[PlannedTrial]) -> int:
+    """The most trials the schedule can run: every initial trial, then one sweep point per
+    (method, model, task) and later seed (every point under per_seed tuning)."""
+    schedule = suite.schedule
+    if schedule is None or suite.rank.tuning == "per_seed":
+        return len(planned)
+    later = {
+        (CellKey(t.method, t.model, t.task), t.seed) for t in planned if t.seed >= schedule.initial
+    }
+    return len(initial_trials(schedule, planned)) + len(later)
+
+
 def wanted_trials(look_: Look, planned: Sequence[PlannedTrial]) -> list[PlannedTrial]:
-    """The planned trials the look asks for (stored ones included: the caller skips them)."""
-    return [t for t in planned if t.seed < look_.wanted.get(CellKey(t.method, t.model, t.task), 0)]
+    """The planned trials the look asks for, of each cell's tuned sweep point (stored ones
+    included: the caller skips them)."""
+    out = []
+    for trial in planned:
+        cell = CellKey(trial.method, trial.model, trial.task)
+        point = None if look_.points is None else look_.points.get(cell)
+        if trial.seed >= look_.wanted.get(cell, 0):
+            continue
+        if point is None or point == point_label(trial.method, trial.sweep):
+            out.append(trial)
+    return out
 
 
 class SequentialSeeds:
@@ -97,6 +139,9 @@ class SequentialSeeds:
             raise ValueError(f"suite '{suite.suite}' has a fixed list of seeds")
         self.suite, self.schedule, self.show = suite, suite.schedule, show
         self.looks = 0
+
+    def most(self, planned: Sequence[PlannedTrial]) -> int:
+        return most_trials(self.suite, planned)
 
     def trials(self, round: Round) -> list[PlannedTrial]:
         from harness.store.queries import stored_outcomes

@@ -227,7 +227,10 @@ def rank_suite(
         outcomes = each_point(outcomes)
         chosen = chosen if any(o.method == chosen for o in outcomes) else None
     examples = stored_examples(engine, [o.key for o in outcomes])
-    ranking = rank(outcomes, overrides.spec(plan.spec), chosen, examples=examples)
+    tuned_on = plan.schedule.initial if plan.schedule is not None else None
+    ranking = rank(
+        outcomes, overrides.spec(plan.spec), chosen, examples=examples, tuned_on=tuned_on
+    )
     found: list[Finding] = []
     notes: list[str] = []
     if not overrides.all_points and compared_claims(plan, outcomes):

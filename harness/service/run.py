@@ -85,12 +85,19 @@ class RoundPolicy(Protocol):
 
     def trials(self, round: Round) -> Sequence[PlannedTrial]: ...
 
+    def most(self, planned: Sequence[PlannedTrial]) -> int | None:
+        """The most trials the rounds can run (None: those of the first round)."""
+        ...
+
 
 class FixedDesign:
     """Every planned trial, in one round."""
 
     def trials(self, round: Round) -> Sequence[PlannedTrial]:
         return round.planned if round.number == 0 else ()
+
+    def most(self, planned: Sequence[PlannedTrial]) -> int | None:
+        return None
 
 
 class RunRecord(Protocol):
@@ -221,8 +228,7 @@ def run_suite(
     outcome = SuiteRunResult(trials)
     asked = policy.trials(Round(0, trials, store, {}))
     batch = _todo(store, asked, options)
-    most = len(trials) if suite.schedule is not None else None
-    display.announce(RunPlan(suite.suite, len(asked), len(batch), most))
+    display.announce(RunPlan(suite.suite, len(asked), len(batch), policy.most(trials)))
     tracking = _tracking(store, suite, tracker, bool(batch))
     with record.open(store, suite, trials, len(batch)) as run:
         if run is not None:
