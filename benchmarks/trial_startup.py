@@ -1,6 +1,7 @@
 """Trial start-up: where the wall time of a 1-step trial goes, warm and cold, and 1 vs 2 workers.
 
     .venv/bin/python -m benchmarks.trial_startup [--repeats 5] [--trials 8] [--marginal 2,10]
+        [--backends local,ray] [--no-scaling]
 
 Reference, measured in the same run: `python -c "import torch, transformers"` (medians).
 
@@ -18,7 +19,10 @@ what a loaded machine inflates least).
 Marginal trial: `layerbench run` (1 worker, no MLflow) of a suite of 1-step trials with the
 smaller and then the larger number of seeds in `--marginal`, alternating, `repeats` times; the
 difference of the median wall times divided by the difference of the trial counts is what one
-more trial costs inside a suite.
+more trial costs inside a suite. With `--backends local,ray` the same for each backend: on Ray
+(a local instance with 1 CPU, started here as the tests start theirs, so one trial at a time)
+every trial is a task in a new worker (`max_calls=1`), so its marginal cost is a Ray worker's
+start-up.
 
 Scaling: the quickstart model trained for 20 steps, `trials` trials (seeds), run by `layerbench run`
 with 1 and then 2 workers into fresh SQLite databases; trials per hour from the suite's wall time.
@@ -35,12 +39,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 PHASES = ("process start", "imports", "data load", "model build", "first step")
+ROOT = Path(__file__).resolve().parents[1]
 WARM_PHASES = ("fork", "prepare", "data + model build", "first step", "second step")
 
 CHILD = """
@@ -202,8 +209,9 @@ def suite_wall_s(workers: int, n_trials: int, folder: Path) -> float:
     return time.perf_counter() - started
 
 
-def suite_seconds(n_trials: int, folder: Path) -> float:
-    """Wall time of `layerbench run` on a suite of `n_trials` 1-step trials, 1 worker."""
+def suite_seconds(n_trials: int, folder: Path, ray_address: str | None = None) -> float:
+    """Wall time of `layerbench run` on a suite of `n_trials` 1-step trials, 1 worker (or on the
+    Ray at `ray_address`)."""
     suite = {
         **SUITE,
         "suite": f"marginal-{n_trials}",
@@ -218,9 +226,36 @@ def suite_seconds(n_trials: int, folder: Path) -> float:
         sys.executable, "-m", "harness", "run", str(path), "--workers", "1", "--no-mlflow",
         "--db", f"sqlite:///{database}",
     ]  # fmt: skip
+    if ray_address is not None:
+        command += ["--backend", "ray", "--ray-address", ray_address]
     started = time.perf_counter()
     subprocess.run(command, capture_output=True, check=True, env={**os.environ, "COLUMNS": "200"})
     return time.perf_counter() - started
+
+
+@contextmanager
+def local_ray() -> Iterator[str]:
+    """A local Ray with 1 CPU (no dashboard, no usage stats, no token auth, loopback), as
+    tests/test_ray.py starts one; yields its address."""
+    import ray
+
+    os.environ.update(
+        RAY_USAGE_STATS_ENABLED="0",
+        RAY_AUTH_MODE="disabled",
+        HF_HUB_OFFLINE="1",
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
+    context = ray.init(
+        address="local",
+        num_cpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+    )
+    try:
+        yield context.address_info["gcs_address"]
+    finally:
+        ray.shutdown()
 
 
 def median_line(name: str, values: list[float]) -> str:
@@ -228,7 +263,32 @@ def median_line(name: str, values: list[float]) -> str:
     return f"  {name:22s} {statistics.median(values):.3f} s ({runs})"
 
 
-def main(repeats: int, n_trials: int, marginal: tuple[int, int], scaling: bool) -> None:
+def marginal_trial(
+    backend: str, sizes: tuple[int, int], repeats: int, folder: Path, reference: float
+) -> None:
+    """One more 1-step trial's wall time inside a suite run on `backend` (see the module doc)."""
+    small, large = sizes
+    walls: dict[int, list[float]] = {small: [], large: []}
+    with local_ray() if backend == "ray" else nullcontext(None) as address:
+        for _ in range(repeats):
+            for count in (small, large):
+                walls[count].append(suite_seconds(count, folder, address))
+    print(f"{backend} backend:")
+    for count, values in walls.items():
+        print(median_line(f"suite of {count} trials", values))
+    extra = statistics.median(walls[large]) - statistics.median(walls[small])
+    per_trial = extra / (large - small)
+    ratio = per_trial / reference
+    print(f"  marginal 1-step trial  {per_trial:.3f} s = {ratio:.3f} x import torch, transformers")
+
+
+def main(
+    repeats: int,
+    n_trials: int,
+    marginal: tuple[int, int],
+    scaling: bool,
+    backends: tuple[str, ...] = ("local",),
+) -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}, load average {os.getloadavg()}")
     config = trial_config()
     server_s = start_warm_server(config)
@@ -252,19 +312,8 @@ def main(repeats: int, n_trials: int, marginal: tuple[int, int], scaling: bool) 
     print(median_line("build gpt 12 x 64", builds))
     print(median_line("  its CPU time", cpu))
     with tempfile.TemporaryDirectory() as folder:
-        small, large = marginal
-        walls: dict[int, list[float]] = {small: [], large: []}
-        for _ in range(repeats):
-            for count in (small, large):
-                walls[count].append(suite_seconds(count, Path(folder)))
-        for count, values in walls.items():
-            print(median_line(f"suite of {count} trials", values))
-        extra = statistics.median(walls[large]) - statistics.median(walls[small])
-        per_trial = extra / (large - small)
-        ratio = per_trial / statistics.median(reference)
-        print(
-            f"  marginal 1-step trial  {per_trial:.3f} s = {ratio:.3f} x import torch, transformers"
-        )
+        for backend in backends:
+            marginal_trial(backend, marginal, repeats, Path(folder), statistics.median(reference))
         if scaling:
             for workers in (1, 2):
                 wall = suite_wall_s(workers, n_trials, Path(folder))
@@ -279,6 +328,8 @@ if __name__ == "__main__":
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--marginal", default="2,10", help="the two suite sizes, in trials")
     parser.add_argument("--no-scaling", action="store_true", help="skip 1 vs 2 workers")
+    parser.add_argument("--backends", default="local", help="local, ray or both: local,ray")
     arguments = parser.parse_args()
     small, large = (int(n) for n in arguments.marginal.split(","))
-    main(arguments.repeats, arguments.trials, (small, large), not arguments.no_scaling)
+    backends = tuple(arguments.backends.split(","))
+    main(arguments.repeats, arguments.trials, (small, large), not arguments.no_scaling, backends)
