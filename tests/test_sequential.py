@@ -20,10 +20,12 @@ from harness.ranking.rounds import SequentialSeeds, look, most_trials, wanted_tr
 from harness.ranking.sequential import (
     CheckInput,
     Looks,
+    SequentialCheck,
     decide,
     half_width_factor,
     log_mixture,
     look_sizes,
+    verdict_note,
 )
 from harness.ranking.suite import RankPlan, claim_findings
 from harness.records import PlannedTrial
@@ -108,6 +110,16 @@ def test_futility_stops_a_null_difference_after_the_second_look_and_says_what_ma
     assert decision.record.conditional_power < 0.1
     detectable = decision.record.detectable
     assert detectable is not None and detectable > abs(diffs.mean())
+
+
+def test_an_undecided_check_says_what_its_seeds_could_detect_when_futile_or_at_max() -> None:
+    record = SequentialCheck(6, 2, 0.05, (-0.1, 0.2), 0.4, "max", None, 0.123)
+    assert (
+        verdict_note(record) == "at max (n = 6); the smallest effect max seeds could detect: 0.123"
+    )
+    futile = replace(record, stopped="futile")
+    assert verdict_note(futile).startswith("futile at n = 6; the smallest effect")
+    assert verdict_note(replace(record, stopped=None)) == ""
 
 
 def test_running_interval_is_the_intersection_over_looks() -> None:

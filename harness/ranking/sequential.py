@@ -327,11 +327,15 @@ def describe(record: SequentialCheck) -> str:
 
 def verdict_note(record: SequentialCheck | None) -> str:
     """What an inconclusive verdict adds under sequential seeds: "futile at n = 6; the smallest
-    effect max seeds could detect: 0.031" (empty when not futile)."""
-    if record is None or record.stopped != "futile":
+    effect max seeds could detect: 0.031", or "at max (n = 6); ..." where the seeds ran out
+    (empty while seeds would still be added)."""
+    if record is None or record.stopped not in ("futile", "max"):
         return ""
     shown = "unknown" if record.detectable is None else f"{record.detectable:.3g}"
-    return f"futile at n = {record.n}; the smallest effect max seeds could detect: {shown}"
+    state = (
+        f"futile at n = {record.n}" if record.stopped == "futile" else f"at max (n = {record.n})"
+    )
+    return f"{state}; the smallest effect max seeds could detect: {shown}"
 
 
 def summary(records: Sequence[SequentialCheck]) -> dict[str, object] | None:
