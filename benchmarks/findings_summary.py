@@ -21,6 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from harness.ranking.sequential import SequentialCheck, verdict_note
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SUITES = (
@@ -64,11 +66,8 @@ def check_text(check: dict[str, Any]) -> str:
     interval = "" if low is None or high is None else f" [{low:+.3g}, {high:+.3g}]"
     delta = "" if check["delta"] is None else f" ({check['delta']:+.3g}{interval})"
     notes = [n for n in (check.get("annotation"), check.get("needed_note")) if n]
-    if (seq := check.get("sequential")) and seq["stopped"] == "futile":
-        notes.append(
-            f"futile at n = {seq['n']}; the smallest effect max seeds could detect: "
-            f"{seq['detectable']:.3g}"
-        )
+    if (seq := check.get("sequential")) and (note := verdict_note(SequentialCheck(**seq))):
+        notes.append(note)
     tail = f"; {'; '.join(notes)}" if notes else ""
     return f"{check['model']}: {check['verdict_text']}{delta}{tail}"
 
