@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from harness.records import PlannedTrial, TrialResult
 
@@ -60,6 +60,14 @@ class SilentProgress:
 
     def finished(self, trial: PlannedTrial, result: TrialResult | None) -> None:
         pass
+
+
+@runtime_checkable
+class Prepares(Protocol):
+    """An executor with something to start before the run's bookkeeping (the local backend's
+    warm fork server): `run_suite` calls `prepare` with the first round's trials."""
+
+    def prepare(self, trials: Sequence[PlannedTrial]) -> None: ...
 
 
 class Executor(Protocol):

@@ -50,18 +50,30 @@ def context() -> mp.context.BaseContext:
     return ctx
 
 
-def local_executor(workers: int = 1) -> Executor:
-    """The local backend as an `Executor`: `workers` trial processes at once."""
+@dataclass(frozen=True)
+class LocalExecutor:
+    """The local backend as an `Executor`: `workers` trial processes at once. `prepare` starts
+    the warm fork server early, so it warms up while the run opens its store and tracking."""
 
-    def execute(
+    workers: int = 1
+
+    def prepare(self, trials: Sequence[PlannedTrial]) -> None:
+        context()
+        start_server(trials)
+
+    def __call__(
+        self,
         trials: Sequence[PlannedTrial],
         ledger: Ledger,
         progress: Progress,
         stop: threading.Event | None,
     ) -> dict[str, TrialResult]:
-        return run_local(trials, ledger, workers, progress, stop)
+        return run_local(trials, ledger, self.workers, progress, stop)
 
-    return execute
+
+def local_executor(workers: int = 1) -> Executor:
+    """The local backend as an `Executor`: `workers` trial processes at once."""
+    return LocalExecutor(workers)
 
 
 def run_local(

@@ -34,7 +34,7 @@ from harness.cache import offline_unless_hub_reachable
 from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import MODELS, TASKS, EvalTaskEntry, PretrainedModelEntry
-from harness.runner.backend import Executor, Progress, SilentProgress
+from harness.runner.backend import Executor, Prepares, Progress, SilentProgress
 from harness.runner.plan import plan_suite, select_trials
 from harness.spec import Suite
 from harness.spec.declaration import RankingDeclaration
@@ -228,6 +228,8 @@ def run_suite(
     outcome = SuiteRunResult(trials)
     asked = policy.trials(Round(0, trials, store, {}))
     batch = _todo(store, asked, options)
+    if batch and isinstance(executor, Prepares):
+        executor.prepare(batch)  # e.g. the fork server warms up meanwhile
     display.announce(RunPlan(suite.suite, len(asked), len(batch), policy.most(trials)))
     tracking = _tracking(store, suite, tracker, bool(batch))
     with record.open(store, suite, trials, len(batch)) as run:
