@@ -4,19 +4,19 @@ stores no further trial; an undecided one adds seeds only to the two methods it 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from harness.store.models import Trial
+from tests.factories import invoke
 
-pytestmark = pytest.mark.slow  # real trials in subprocesses
+pytestmark = pytest.mark.slow  # real trials
 
 SUITE = """\
 suite: sequential
@@ -49,14 +49,11 @@ def write(tmp_path: Path, methods: str, claims: str) -> Path:
     return path
 
 
-def layerbench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
+def layerbench(*args: str) -> Result:
+    """`layerbench ARGS` in this process (the trials still fork from the warm fork server)."""
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    return result
 
 
 def stored_seeds(db: str) -> dict[str, set[int]]:
@@ -75,10 +72,10 @@ def test_a_claim_decided_at_the_initial_seeds_stops_there(tmp_path: Path) -> Non
     )
     db = f"sqlite:///{tmp_path / 'decided.db'}"
     plan = layerbench("plan", str(suite), "--db", db)
-    assert "6 initial trials (seeds 0-2)" in plan.stdout and "at most 24 trials" in plan.stdout
+    assert "6 initial trials (seeds 0-2)" in plan.output and "at most 24 trials" in plan.output
     ran = layerbench("run", str(suite), "--db", db, "--no-mlflow")
-    assert "6 trials, 0 stored, 6 to run (sequential seeds: at most 24 trials)" in ran.stdout
-    assert "look 1:" in ran.stdout and "(decided)" in ran.stdout
+    assert "6 trials, 0 stored, 6 to run (sequential seeds: at most 24 trials)" in ran.output
+    assert "look 1:" in ran.output and "(decided)" in ran.output
     assert stored_seeds(db) == {"trains": {0, 1, 2}, "frozen": {0, 1, 2}}
     ranked = json.loads(layerbench("rank", str(suite), "--db", db, "--format", "json").stdout)
     (check,) = ranked["findings"][0]["checks"]
@@ -98,7 +95,7 @@ def test_an_undecided_claim_adds_seeds_only_to_its_two_methods(tmp_path: Path) -
     )
     db = f"sqlite:///{tmp_path / 'open.db'}"
     ran = layerbench("run", str(suite), "--db", db, "--no-mlflow")
-    assert "look 2:" in ran.stdout
+    assert "look 2:" in ran.output
     seeds = stored_seeds(db)
     assert seeds["frozen"] == {0, 1, 2}
     assert seeds["trains"] == seeds["twin"] == set(range(6))  # futile at the second look
