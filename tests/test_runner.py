@@ -23,7 +23,6 @@ from tests.factories import (
     MemoryLedger,
     count,
     invoke,
-    run_process,
     stored,
     trials_by_key,
 )
@@ -71,8 +70,8 @@ explodes: {optimizer: {name: boom}}
 """
     suite = write_suite(tmp_path, methods, extra="plugins: [tests.plugins.boom]\n")
     db = f"sqlite:///{tmp_path / 'statuses.db'}"
-    done = run_process("run", str(suite), "--db", db, "--no-mlflow", "--workers", "2")
-    assert done.returncode == 1, done.stderr
+    done = invoke("run", str(suite), "--db", db, "--no-mlflow", "--workers", "2")
+    assert done.exit_code == 1, done.output
     stored = trials_by_key(db)
     by_method = {}
     for trial in stored.values():
@@ -90,11 +89,11 @@ explodes: {optimizer: {name: boom}}
             assert "Traceback" in trial.error and "boom: this optimizer always fails" in trial.error
         if trial.method == "too-slow":
             assert "time limit" in trial.error
-    ranked = run_process("rank", str(suite), "--db", db, "--format", "json", check=True)
-    assert '"method": "explodes"' in ranked.stdout
+    ranked = invoke("rank", str(suite), "--db", db, "--format", "json")
+    assert ranked.exit_code == 0 and '"method": "explodes"' in ranked.stdout
 
-    retried = run_process("run", str(suite), "--db", db, "--no-mlflow", "--retry-failed")
-    assert retried.returncode == 1, retried.stderr
+    retried = invoke("run", str(suite), "--db", db, "--no-mlflow", "--retry-failed")
+    assert retried.exit_code == 1, retried.output
     attempts = {(t.method, t.seed): t.attempts for t in trials_by_key(db).values()}
     for (method, _seed), n in attempts.items():
         assert n == (2 if method in ("too-slow", "explodes") else 1), (method, n)
@@ -131,8 +130,8 @@ def test_kill_9_then_rerun_loses_nothing_and_duplicates_nothing(
     before = trials_by_key(db)
     assert any(t.status == "running" for t in before.values())
 
-    rerun = run_process("run", str(suite), "--db", db, "--no-mlflow")
-    assert rerun.returncode == 0, rerun.stderr
+    rerun = invoke("run", str(suite), "--db", db, "--no-mlflow")
+    assert rerun.exit_code == 0, rerun.output
     planned = {t.key for t in plan_suite(load_suite(suite))}
     after = trials_by_key(db)
     assert set(after) == planned
