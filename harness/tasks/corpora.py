@@ -81,8 +81,8 @@ def check_corpus_name(name: str) -> None:
 # --- shakespeare ------------------------------------------------------------------------------
 
 
-_HEADING = re.compile(r"^\s*#+\s*")
-_EMPHASIS = re.compile(r"[*_]+")
+_HEADING = re.compile(r"^[^\S\n]*#+[^\S\n]*", re.MULTILINE)  # \s within one line
+_EMPHASIS = str.maketrans("", "", "*_")
 _ESCAPE = re.compile(r"\\([^\w\s])")
 _BLANK_RUN = re.compile(r"\n{3,}")
 
@@ -100,11 +100,10 @@ def strip_markdown(markdown: str) -> str:
     backslash escapes (`\\[Aside]` -> `[Aside]`), HTML entities (`&amp;`), the two trailing
     spaces of Markdown hard line breaks, and runs of more than one blank line.
     """
-    lines = []
-    for line in markdown.splitlines():
-        line = _ESCAPE.sub(r"\1", _EMPHASIS.sub("", _HEADING.sub("", line)))
-        lines.append(html.unescape(line).rstrip())
-    return _BLANK_RUN.sub("\n\n", "\n".join(lines)).strip() + "\n"
+    text = "\n".join(markdown.splitlines())  # each pass below stays within a line
+    text = html.unescape(_ESCAPE.sub(r"\1", _HEADING.sub("", text).translate(_EMPHASIS)))
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return _BLANK_RUN.sub("\n\n", text).strip() + "\n"
 
 
 def _parse_play(raw: bytes) -> str:
