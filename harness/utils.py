@@ -1,8 +1,10 @@
-"""Small helpers shared across layers (no imports of their own beyond the standard library)."""
+"""Small helpers shared across layers (at import, nothing beyond the standard library: torch is
+imported by the one helper that sets its threads, when called)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -25,3 +27,16 @@ def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
     items = list(items)
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+@contextmanager
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to `threads` for the block (then restored)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -23,8 +23,8 @@ model bytes add every other parameter at its dtype.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -36,6 +36,7 @@ from harness.methods.pruning import highest, mean_cosines
 from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
 from harness.spec.constraints import quantize_problems
 from harness.spec.schema import QuantizeSpec
+from harness.utils import intra_op_threads
 
 GPTQ_BATCH = 128  # columns per lazy batch update (the authors' `blocksize`)
 
@@ -257,17 +258,6 @@ class Hessian:
         return 2 * self.sum / self.n
 
 
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """torch's intra-op threads set to 1 for the block (then restored)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def gptq_quantize(
     weight: Tensor,
     hessian: Tensor,
@@ -295,7 +285,7 @@ def gptq_quantize(
     each, where torch's intra-op threads cost more than they save (on two busy CPU cores, a
     576 x 1536 weight took 1 s on one thread and 18 s on two).
     """
-    with one_thread():
+    with intra_op_threads(1):
         return _gptq_columns(weight, hessian, bits, group, symmetric, damp, act_order)
 
 

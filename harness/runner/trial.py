@@ -15,7 +15,7 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,7 @@ from harness.spec.resolve import resolve_compile, resolve_precision
 from harness.spec.schema import TrialSettings
 from harness.tasks.base import Batch, Task
 from harness.tasks.corpora import ModelTokenizer
+from harness.utils import intra_op_threads
 
 detach_stream_handlers()  # torch's, attached at its import (the fork server imports this module)
 
@@ -266,17 +267,6 @@ def train(trial: BuiltTrial, result: TrialResult, clock: Clock, report: Report) 
             result.series.append(
                 SeriesPoint(step, result.tokens, clock.train_s, clock.wall_s, metrics)
             )
-
-
-@contextmanager
-def intra_op_threads(threads: int) -> Iterator[None]:
-    """torch's intra-op threads set to `threads` for the block (then restored)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def run_trial(config: dict[str, Any], report: Report | None = None) -> TrialResult:
