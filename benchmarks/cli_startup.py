@@ -32,8 +32,8 @@ import numpy as np
 import yaml
 
 from harness.core import Status
-from harness.runner.plan import plan_suite
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.store.db import make_engine, upgrade
 from tests.factories import fake_result, store_bulk
 

@@ -32,8 +32,8 @@ from sqlalchemy import create_engine
 from harness.core import TrialOutcome
 from harness.ranking.rounds import look, wanted_trials
 from harness.ranking.suite import plan_of
-from harness.runner.plan import plan_suite
 from harness.spec.check import load_suite
+from harness.spec.plan import plan_suite
 from harness.spec.schema import Suite
 from harness.store.queries import stored_outcomes
 

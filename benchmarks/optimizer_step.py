@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from harness.runner.plan import plan_suite
 from harness.runner.trial import BuiltTrial, build, prepare, train_step
 from harness.spec.check import load_suite
+from harness.spec.plan import plan_suite
 
 SUITE = Path(__file__).parent.parent / "suites" / "optimizers.yaml"
 

@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.faults import RUNNER_PID  # noqa: E402
 from harness.core import Status  # noqa: E402
-from harness.runner.plan import plan_suite  # noqa: E402
 from harness.spec import load_suite  # noqa: E402
+from harness.spec.plan import plan_suite  # noqa: E402
 from harness.store.models import MetricPoint, Result, Trial  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get(

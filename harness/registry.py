@@ -74,7 +74,7 @@ class Entry(Generic[T]):
     `target` is the object itself or a "module:attr" path imported on first use of `obj`.
     `version` is bumped when a change of the implementation can change results (lm-eval's task
     versions); `libraries` are the distributions whose code implements it (their installed
-    versions enter the key of a trial that uses it: `harness.runner.plan.trial_key`).
+    versions enter the key of a trial that uses it: `harness.spec.plan.trial_key`).
     """
 
     name: str

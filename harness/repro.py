@@ -1,6 +1,6 @@
 """The `layerbench run` command lines that rerun one trial or one comparison (what the Trial page,
 `layerbench rank --format json` and the nightly alerts print), built from `--only` filters
-(`harness.runner.plan.select_trials`: fields combine, names of a field are alternatives)."""
+(`harness.spec.plan.select_trials`: fields combine, names of a field are alternatives)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pandas.io.formats.style import Styler
 
 MARKS = {"better": "▲ better", "worse": "▼ worse", "n.s.": "n.s.", "baseline": "baseline"}
-STATUS_COLUMNS = ["family", "diverged", "failed", "excluded", "n"]
+STATUS_COLUMNS = ["family", Status.DIVERGED.value, "failed", "excluded", "n"]
 """Each row's family, its seeds that diverged, its seeds that lose without a value (diverged or
 done without the metric: the ranking's `n_failed`, "seeds failed"), its seeds left out as
 infrastructure failures (crashed or timed out: `n_excluded`, never a loss), and its ranked seeds."""

@@ -8,8 +8,8 @@ from pathlib import Path
 from sqlalchemy import create_engine, select
 
 from harness.records import TrialResult
-from harness.runner.plan import plan_suite
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.store.db import StoreLedger, open_database, suite_run
 from harness.store.models import Trial
 

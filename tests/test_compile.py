@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.spec.resolve import resolve_compile
 from tests.factories import write_suite
 

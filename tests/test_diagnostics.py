@@ -17,10 +17,10 @@ from torch import Tensor
 from harness.diagnostics import StepProbe, hidden_state_stats, peak_activation
 from harness.models.gpt import GPT, rope_tables
 from harness.records import LayerStat, PlannedTrial, TrialResult
-from harness.runner.plan import plan_suite
 from harness.runner.trial import BuiltTrial, Clock, build, prepare, train
 from harness.spec import load_suite
 from harness.spec.declaration import RankingDeclaration
+from harness.spec.plan import plan_suite
 from harness.spec.schema import NormSpec
 from harness.store.db import StoreLedger, open_database, suite_run
 from harness.store.models import LayerStatistic

@@ -13,9 +13,9 @@ from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.orm import Session
 
 from harness.records import PlannedTrial, TrialResult
-from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.store.db import StoreLedger, alembic_config, open_database, suite_run
 from harness.store.queries import example_outcomes
 from harness.tasks import bigbench

@@ -21,9 +21,9 @@ from streamlit.testing.v1 import AppTest
 from benchmarks.browser import chromium_path
 from harness.core import TrialOutcome
 from harness.ranking.findings import Finding, degenerate_pairs, findings
-from harness.runner.plan import plan_suite
 from harness.spec import SuiteError, load_suite
 from harness.spec.declaration import declared_ranking
+from harness.spec.plan import plan_suite
 from harness.spec.schema import Claim, SeedSchedule
 from harness.store.db import make_engine, upgrade
 from harness.store.models import SuiteRun

@@ -18,9 +18,9 @@ from harness.methods.placement import PostNorm, PreNorm
 from harness.models.gpt import GPT, GPTConfig, GPTSpec, apply_rope, build_gpt, rope_tables
 from harness.records import TrialResult
 from harness.registry import MODELS, NORM_TYPES, UnknownNameError
-from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.spec.schema import NormSpec, ParamsModel
 from tests.factories import tiny_gpt, write_suite
 

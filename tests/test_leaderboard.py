@@ -20,8 +20,8 @@ from streamlit.testing.v1 import AppTest
 
 from harness.ranking.table import EMPTY
 from harness.records import PlannedTrial, TrialResult
-from harness.runner.plan import plan_suite
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.store.db import make_engine, open_database, upgrade
 from harness.store.models import Result, Trial
 from leaderboard import data

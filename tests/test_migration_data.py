@@ -11,8 +11,8 @@ from sqlalchemy import Engine, MetaData, create_engine, insert, select
 
 from harness.cli import build_ranking
 from harness.ranking import format_ranking
-from harness.runner.plan import plan_suite
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.store.db import alembic_config, make_engine, open_database, upgrade
 from tests.factories import fake_result, store, write_suite
 

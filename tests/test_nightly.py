@@ -25,8 +25,8 @@ from harness.nightly.run import Executor, SuiteOutcome, exit_code, run_suite
 from harness.nightly.schedule import CronError, check_cron, run_schedule
 from harness.records import PlannedTrial, Status, TrialResult
 from harness.runner.backend import Ledger, Progress
-from harness.runner.plan import plan_suite
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.spec.schema import RegressionSpec
 from harness.store.db import open_database
 from harness.store.nightly import (

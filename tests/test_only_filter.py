@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.runner.plan import PlannedTrial, SelectionError, select_trials
+from harness.spec.plan import PlannedTrial, SelectionError, select_trials
 from tests.factories import invoke
 
 MODELS = ("gpt-12l", "gpt-12l-untied")

@@ -19,8 +19,8 @@ from harness.methods.optimizers import (
 )
 from harness.methods.param_roles import model_layers
 from harness.registry import OPTIMIZERS, SCHEDULES
-from harness.runner.plan import plan_suite
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.spec.resolve import resolved_optimizer
 from harness.spec.schema import NormSpec, OptimizerSpec
 from tests import factories

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from harness.registry import NORM_TYPES
-from harness.runner.plan import plan_suite
 from harness.runner.trial import build, prepare, run_trial
 from harness.spec import SuiteError, load_suite
+from harness.spec.plan import plan_suite
 
 PLUGIN = "plugins: [tests.plugins.meannorm]\n"
 

@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import SuiteError, load_suite
+from harness.spec.plan import plan_suite
 from harness.store.models import Trial
 from tests.factories import byte_bpe_tokenizer, tiny_llama
 

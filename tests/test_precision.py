@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.runner import plan
-from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
-from harness.spec import load_suite
+from harness.spec import load_suite, plan
+from harness.spec.plan import plan_suite
 from harness.spec.resolve import resolve_precision
 
 

@@ -15,8 +15,8 @@ from sqlalchemy import Engine
 from streamlit.testing.v1 import AppTest
 
 from harness.ranking.suite import rank_suite
-from harness.runner.plan import PlannedTrial, plan_suite
 from harness.spec import load_suite
+from harness.spec.plan import PlannedTrial, plan_suite
 from harness.store.db import make_engine, suite_run, upgrade
 from tests.factories import ROOT, fake_result, invoke, store, write_suite
 

@@ -16,9 +16,9 @@ from scipy import stats
 from harness.core import Status
 from harness.ranking import Ranking, TrialOutcome, format_ranking, group_table, rank, tables
 from harness.ranking.examples import mcnemar_test, weight_name, wilson_ci
-from harness.runner.plan import plan_suite
 from harness.runner.trial import build, prepare
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.spec.schema import RankSpec
 from harness.store.db import make_engine, upgrade
 from harness.tasks.base import weight_name as task_weight_name

@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from harness.runner.plan import plan_suite
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint, Result
 from tests.factories import ROOT, count, invoke, run_process, run_processes, trials_by_key
 

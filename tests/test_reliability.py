@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 from benchmarks.reliability import audit, environment, lr_methods, output_of, start, write_suite
 from harness.records import TrialResult
 from harness.runner.local import Running, renew_leases
-from harness.runner.plan import PlannedTrial, plan_suite
 from harness.spec import load_suite
+from harness.spec.plan import PlannedTrial, plan_suite
 from harness.store import db
 from harness.store.db import STALE_AFTER, StoreLedger, now, open_database, suite_run
 from harness.store.models import Result, Trial

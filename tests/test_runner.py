@@ -15,9 +15,9 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from harness.runner.local import run_local
-from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint, Result, Trial
 from tests.factories import (
     MemoryLedger,

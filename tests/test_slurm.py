@@ -21,8 +21,8 @@ from typing import NamedTuple
 
 import pytest
 
-from harness.runner.plan import plan_suite
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint
 from tests.factories import ROOT, count, invoke, run_process, run_processes, trials_by_key
 from tests.test_ray import final_metrics

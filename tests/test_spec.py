@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from harness.runner.plan import plan_suite
 from harness.spec import SuiteError, load_suite
+from harness.spec.plan import plan_suite
 from tests.factories import ROOT, invoke
 
 

@@ -19,9 +19,9 @@ import pytest
 
 from harness.records import PlannedTrial
 from harness.registry import OPTIMIZERS, QUANTIZERS
-from harness.runner import plan, sources
-from harness.runner.plan import plan_suite
-from harness.spec import load_suite
+from harness.runner import sources
+from harness.spec import load_suite, plan
+from harness.spec.plan import plan_suite
 from harness.store.db import open_database
 from tests.factories import ROOT, fake_result, invoke, store, write_suite
 

@@ -11,10 +11,10 @@ import torch
 
 from harness.runner import warm
 from harness.runner.local import run_local
-from harness.runner.plan import plan_suite
 from harness.runner.trial import run_trial, train_task
 from harness.runner.warm import warm_spec
 from harness.spec import load_suite
+from harness.spec.plan import plan_suite
 from harness.tasks.lm import LMTask
 from tests.factories import MemoryLedger, stored, write_suite
 

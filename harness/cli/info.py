@@ -16,7 +16,7 @@ from harness.console import console, errors
 @app.command()
 def validate(suites: Annotated[list[Path], typer.Argument(help="Suite files.")]) -> None:
     """Check suites without running anything."""
-    from harness.runner.plan import plan_suite
+    from harness.spec.plan import plan_suite
 
     for path in suites:
         suite = load(path)

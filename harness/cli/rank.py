@@ -30,7 +30,7 @@ TUNING_RULES = {
 def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     """Print the suite's trials (every sweep point), which are stored, their value of the ranking
     metric, and (*) the sweep points that `rank` reports (`rank.tuning`)."""
-    from harness.runner.plan import plan_suite
+    from harness.spec.plan import plan_suite
     from harness.store.queries import trial_statuses
 
     suite = load(suite_path)
@@ -104,7 +104,7 @@ def current_plan(suite: Suite, engine: Engine) -> RankPlan:
     """What `rank` ranks of a suite file: its trials as planned now (and why some have no
     stored result)."""
     from harness.ranking.suite import planned
-    from harness.runner.plan import plan_suite
+    from harness.spec.plan import plan_suite
 
     return planned(engine, suite, plan_suite(suite))
 

@@ -118,11 +118,11 @@ def execute(
     options: RunOptions,
 ) -> SuiteRunResult:
     """`run_suite` with the console's display; a bad `--only`, no Ray or no Slurm exits 2."""
-    from harness.runner.plan import SelectionError
     from harness.runner.ray_backend import RayUnavailableError
     from harness.runner.slurm_backend import SlurmUnavailableError
     from harness.service import run_suite
     from harness.service.run import Display
+    from harness.spec.plan import SelectionError
 
     display = Display(announce=announce, progress=RichProgress, look=show_look)
     try:

@@ -4,7 +4,7 @@ A diverged seed (or one done without a finite value) is infinitely bad: it loses
 value. Comparing two methods over their common seeds: if one has more seeds that diverged where
 the other's finished, it loses, whatever the finished seeds say (`decided_by = "failures"`);
 otherwise the paired test runs on the seeds both finished. A method with a diverged seed has no
-mean, std or CI (shown as "diverged"). A crashed or timed-out seed (an infrastructure failure,
+mean, std or CI (shown as diverged). A crashed or timed-out seed (an infrastructure failure,
 `Status.loses` is false) is never a loss: it is left out like an absent seed, and the row counts
 it (`n_excluded`).
 

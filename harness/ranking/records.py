@@ -22,7 +22,7 @@ Unit = Literal["seeds", "examples"]
 class RankRow:
     """Statistics of one method in one (task, model, metric) group; None where undefined.
 
-    `failure` names why a method has no mean ("diverged") when any of its seeds diverged: a
+    `failure` names why a method has no mean (`Status.DIVERGED`) when any of its seeds diverged: a
     diverged seed is infinitely bad, so no number stands for the method. `n_excluded` seeds
     crashed or timed out: they are left out, not counted as failures (`n` excludes them).
     `decided_by` says how the verdict vs the baseline was reached: "test" (a paired test,

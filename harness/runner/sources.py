@@ -6,7 +6,7 @@ syntax trees without docstrings (comments and formatting do not count, helpers d
 and the versions they were recorded at live in `entry_sources.json`, committed beside this module:
 `layerbench versions --check` (and tests/test_versions.py) fail when a digest changed while the
 version stayed, so a change that can move results bumps the entry's `version` in its catalog,
-which changes the keys of the trials that use it (`harness.runner.plan.trial_key`) and supersedes
+which changes the keys of the trials that use it (`harness.spec.plan.trial_key`) and supersedes
 their stored results. A change that cannot move results (a rename, a refactor) is recorded as
 such with `layerbench versions --update --same-results FAMILY:NAME`.
 
@@ -48,7 +48,7 @@ LIBRARY_MODULES = {"pytorch_optimizer": "pytorch-optimizer", "optimum": "optimum
 
 def built_in_entries() -> dict[str, Entry[Any]]:
     """Every entry declared by a catalog (a "module:attr" target), metrics aside (no code), by
-    "FAMILY:NAME" as trial keys name them (`harness.runner.plan.used_entries`)."""
+    "FAMILY:NAME" as trial keys name them (`harness.spec.plan.used_entries`)."""
     return {
         f"{family}:{entry.name}": entry
         for family, registry in FAMILIES.items()

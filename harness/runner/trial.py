@@ -39,9 +39,9 @@ from harness.registry import (
     PretrainedModelEntry,
     TrainTaskEntry,
 )
-from harness.runner.plan import section, trial_threads, trial_versions
 from harness.runner.posttrain import compress
 from harness.runner.warm import prebuilt_task
+from harness.spec.plan import section, trial_threads, trial_versions
 from harness.spec.resolve import resolve_compile, resolve_precision
 from harness.spec.schema import TrialSettings
 from harness.tasks.base import Batch, Task

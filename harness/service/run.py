@@ -35,9 +35,9 @@ from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import MODELS, TASKS, EvalTaskEntry, PretrainedModelEntry
 from harness.runner.backend import Executor, Prepares, Progress, SilentProgress
-from harness.runner.plan import plan_suite, select_trials
 from harness.spec import Suite
 from harness.spec.declaration import RankingDeclaration
+from harness.spec.plan import plan_suite, select_trials
 from harness.store.db import StoreLedger, suite_run
 from harness.store.models import SuiteRun
 from harness.store.queries import recorded_plan, trial_statuses, unlogged_count
@@ -219,7 +219,7 @@ def run_suite(
 ) -> SuiteRunResult:
     """Run the suite's trials that have no stored result (see the module doc); `tracker` makes
     the tracker, called only when a trial runs or one stored is not logged yet. Raises
-    `harness.runner.plan.SelectionError` for a bad `options.only`."""
+    `harness.spec.plan.SelectionError` for a bad `options.only`."""
     record = record or InvocationRecord()
     policy = policy or default_policy(suite, display)
     planned = plan_suite(suite)

@@ -28,7 +28,7 @@ SLUG = r"^[a-z0-9][a-z0-9-]*$"
 DEFAULT_THREADS = 1
 """A trial's intra-op torch threads unless its suite's `resources.cpus` says otherwise (every
 result in docs/results/data/ was trained with 1); the count enters a trial's config, so its key,
-only when it differs from this (`harness.runner.plan`)."""
+only when it differs from this (`harness.spec.plan`)."""
 
 
 def some_values(values: list[Any]) -> list[Any]:

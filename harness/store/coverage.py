@@ -1,7 +1,7 @@
 """Why planned trials have no stored result, and which stored trials are no longer current.
 
 A trial's key holds its config, the versions that can change its numbers and its data
-fingerprint (`harness.runner.plan`), so a planned trial finds no stored result when it was never
+fingerprint (`harness.spec.plan`), so a planned trial finds no stored result when it was never
 run, when its task's data or model is not installed here (the fingerprint differs: e.g. the
 BIG-bench tasks before `layerbench data install bigbench`), or when a version changed since it
 ran (an entry's `version`, a method library, torch...): the stored trial of the same config is
@@ -24,7 +24,7 @@ from harness.cache import DataMissingError
 from harness.env import RESULT_CHANGING_PACKAGES, package_versions
 from harness.records import ACTIVE_STATUSES, FINAL_STATUSES, PlannedTrial
 from harness.registry import MODELS, TASKS, RegistryError
-from harness.runner.plan import key_of, section, task_fingerprint, trial_versions
+from harness.spec.plan import key_of, section, task_fingerprint, trial_versions
 from harness.store.models import Trial
 from harness.store.queries import CHUNK, trial_statuses
 from harness.utils import chunks
