@@ -16,7 +16,13 @@ from benchmarks.sequential import Design, directional, draws, null_checks, tie
 from harness.core import Direction, TrialOutcome
 from harness.ranking.findings import findings
 from harness.ranking.outcomes import select_tuned
-from harness.ranking.rounds import SequentialSeeds, look, most_trials, wanted_trials
+from harness.ranking.rounds import (
+    SequentialSeeds,
+    look,
+    most_trials,
+    unneeded_trials,
+    wanted_trials,
+)
 from harness.ranking.sequential import (
     CheckInput,
     Looks,
@@ -222,6 +228,10 @@ def test_a_tuned_method_is_tuned_on_the_initial_seeds_and_only_its_point_gets_mo
         }
     )
     assert most_trials(suite, trials) == 9 + 9 * 2  # 3 trials a seed, then 2
+    # `plan` marks the later seeds of the point not chosen "not needed", once the look is possible
+    unneeded = unneeded_trials(suite, trials, outcomes[:-1])
+    assert unneeded == {t.key for t in trials if t.sweep.get("lr") == 2 and t.seed >= 3}
+    assert unneeded_trials(suite, trials, outcomes[:5]) == set()  # initial seeds still missing
 
 
 def test_without_claims_each_method_is_compared_with_the_baseline() -> None:

@@ -10,7 +10,7 @@ import typer
 
 from harness.cli.common import DbOption, SuiteArg, app, fail, load, open_db
 from harness.console import console
-from harness.core import Status
+from harness.core import Status, TrialOutcome
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -31,14 +31,20 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     """Print the suite's trials (every sweep point), which are stored, their value of the ranking
     metric, and (*) the sweep points that `rank` reports (`rank.tuning`)."""
     from harness.spec.plan import plan_suite
-    from harness.store.queries import trial_statuses
+    from harness.store.queries import stored_outcomes, trial_statuses
 
     suite = load(suite_path)
     trials, metric = plan_suite(suite), suite.rank.metric
     engine = open_db(db)
-    statuses = trial_statuses(engine, [t.key for t in trials])
+    statuses: dict[str, str] = dict(trial_statuses(engine, [t.key for t in trials]))
+    stored = {o.key: o for o in stored_outcomes(engine, [t.key for t in trials])}
+    if suite.schedule is not None:
+        from harness.ranking.rounds import unneeded_trials
+
+        for key in unneeded_trials(suite, trials, list(stored.values())):
+            statuses.setdefault(key, NOT_NEEDED)
     # one unwrapped print: rendering 1,000 lines one by one was a third of `plan`'s time
-    lines = plan_lines(suite, trials, engine, statuses)
+    lines = plan_lines(suite, trials, stored, statuses)
     console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
     counts = Counter(status_of(suite, t, statuses) for t in trials)
     console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
@@ -64,26 +70,29 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
 
 IF_NEEDED = "if needed"
 """`plan`'s status of a sequential suite's later seed that has not run."""
+NOT_NEEDED = "not needed"
+"""`plan`'s status of a later seed of a sweep point the first look did not choose."""
 
 
-def status_of(suite: Suite, trial: PlannedTrial, statuses: dict[str, Status]) -> str:
-    """The trial's stored status; pending, or "if needed" for a seed beyond a sequential
-    schedule's initial ones."""
+def status_of(suite: Suite, trial: PlannedTrial, statuses: dict[str, str]) -> str:
+    """The trial's stored status (or "not needed"); pending, or "if needed" for a seed beyond a
+    sequential schedule's initial ones."""
     later = suite.schedule is not None and trial.seed >= suite.schedule.initial
     return statuses.get(trial.key, IF_NEEDED if later else Status.PENDING)
 
 
 def plan_lines(
-    suite: Suite, trials: list[PlannedTrial], engine: Engine, statuses: dict[str, Status]
+    suite: Suite,
+    trials: list[PlannedTrial],
+    stored: dict[str, TrialOutcome],
+    statuses: dict[str, str],
 ) -> list[str]:
     """One line per trial: key, status, value of the ranking metric, tuned mark, label."""
     from harness.ranking import metric_value, select_tuned
     from harness.registry import METRICS
-    from harness.store.queries import stored_outcomes
 
     metric = suite.rank.metric
     tune_metric = suite.rank.tune_metric or metric
-    stored = {o.key: o for o in stored_outcomes(engine, [t.key for t in trials])}
     direction = METRICS.get(tune_metric).direction
     tuned_on = suite.schedule.initial if suite.schedule is not None else None
     tuned = {
@@ -96,7 +105,7 @@ def plan_lines(
         shown = "" if value is None else f"{value:.4g}"
         mark = "*" if trial.sweep and trial.key in tuned else " "
         status = status_of(suite, trial, statuses)
-        lines.append(f"{trial.key[:12]}  {status:>8}  {shown:>9} {mark} {trial.label}")
+        lines.append(f"{trial.key[:12]}  {status:>10}  {shown:>9} {mark} {trial.label}")
     return lines
 
 

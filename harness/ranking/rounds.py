@@ -23,7 +23,7 @@ from harness.ranking.outcomes import select_tuned
 from harness.ranking.suite import RankPlan, claim_findings, plan_of
 from harness.records import PlannedTrial
 from harness.registry import METRICS
-from harness.spec.schema import SeedSchedule, Suite
+from harness.spec.schema import RankSpec, SeedSchedule, Suite
 
 if TYPE_CHECKING:
     from harness.service.run import Round
@@ -82,20 +82,39 @@ def look(plan: RankPlan, schedule: SeedSchedule, outcomes: Sequence[TrialOutcome
             target = min(schedule.max, ran + schedule.step)
             for cell in cells:
                 wanted[cell] = max(wanted.get(cell, 0), target)
-    return Look(found, wanted, _tuned_points(plan, schedule, outcomes))
+    return Look(found, wanted, tuned_points(plan.spec, schedule.initial, outcomes))
 
 
-def _tuned_points(
-    plan: RankPlan, schedule: SeedSchedule, outcomes: Sequence[TrialOutcome]
+def tuned_points(
+    spec: RankSpec, initial: int, outcomes: Sequence[TrialOutcome]
 ) -> dict[CellKey, str] | None:
     """The sweep point each cell reports, chosen on the initial seeds; None under per_seed
     tuning (each seed picks its own point, so every point runs every seed)."""
-    if plan.spec.tuning == "per_seed":
+    if spec.tuning == "per_seed":
         return None
-    tune_metric = plan.spec.tune_metric or plan.spec.metric
+    tune_metric = spec.tune_metric or spec.metric
     direction = METRICS.get(tune_metric).direction
-    tuned = select_tuned(outcomes, tune_metric, direction, "per_method", schedule.initial)
+    tuned = select_tuned(outcomes, tune_metric, direction, "per_method", initial)
     return {cell_of(o): point_label(o.method, o.sweep) for o in tuned}
+
+
+def unneeded_trials(
+    suite: Suite, planned: Sequence[PlannedTrial], stored: Sequence[TrialOutcome]
+) -> set[str]:
+    """Keys of later seeds the schedule will never run: of a method with a sweep, the points
+    the first look did not choose (known once every initial trial is stored)."""
+    schedule = suite.schedule
+    keys = {o.key for o in stored}
+    if schedule is None or any(t.key not in keys for t in initial_trials(schedule, planned)):
+        return set()
+    points = tuned_points(suite.rank, schedule.initial, stored) or {}
+    return {
+        t.key
+        for t in planned
+        if t.seed >= schedule.initial
+        and points.get(CellKey(t.method, t.model, t.task), point_label(t.method, t.sweep))
+        != point_label(t.method, t.sweep)
+    }
 
 
 def initial_trials(schedule: SeedSchedule, planned: Sequence[PlannedTrial]) -> list[PlannedTrial]:
