@@ -7,8 +7,8 @@ futile, below `max` (`harness.ranking.sequential`). The comparisons are the suit
 claims, or without claims each method against the baseline. A method with a sweep is tuned on
 the initial seeds (`harness.ranking.outcomes.select_tuned`, `tuned_on`), so its later seeds run
 the chosen sweep point alone (with `rank.tuning: per_seed`, every point, as each seed picks its
-own). `SequentialSeeds` is the round
-policy of a run (`trials(round)`: the next batch given the stored outcomes); the rest is pure.
+own). `SequentialSeeds` is the round policy of a run (`trials(round)`: the next batch given the
+stored outcomes); the rest is pure.
 """
 
 from __future__ import annotations
