@@ -177,13 +177,18 @@ def watched_metrics(suite: Suite) -> list[str]:
     return suite.regression.metrics or [suite.rank.metric]
 
 
-def run_values(engine: Engine, run: SuiteRun, metrics: Sequence[str]) -> RunValues:
-    """Each seed's tuned value of every watched metric, and each seed's status, in one run."""
+def run_values(
+    engine: Engine, run: SuiteRun, metrics: Sequence[str], tuned_on: int | None = None
+) -> RunValues:
+    """Each seed's tuned value of every watched metric, and each seed's status, in one run
+    (`tuned_on`: sweep points chosen on these first seeds, a sequential suite's initial ones,
+    as `rank` chooses them)."""
     outcomes = run_outcomes(engine, run.id)
     values: dict[Key, dict[int, float]] = {}
     statuses: dict[CellKey, dict[int, str]] = {}
     for index, metric in enumerate(metrics):
-        for o in select_tuned(outcomes, metric, METRICS.get(metric).direction):
+        direction = METRICS.get(metric).direction
+        for o in select_tuned(outcomes, metric, direction, "per_method", tuned_on):
             value = metric_value(o, metric)
             if value is not None:
                 values.setdefault((o.method, o.model, o.task, metric), {})[o.seed] = value
@@ -220,10 +225,11 @@ def detect_run(engine: Engine, suite: Suite, run: SuiteRun) -> list[Alert]:
     metrics = watched_metrics(suite)
     limit = HISTORY_RUNS_PER_WINDOW * suite.regression.window
     earlier = finished_nightly_runs(engine, suite.suite, run.host_class, before=run.id)[-limit:]
-    history = [run_values(engine, r, metrics) for r in earlier]
+    tuned_on = suite.schedule.initial if suite.schedule is not None else None
+    history = [run_values(engine, r, metrics, tuned_on) for r in earlier]
     alerts = past_alerts(stored_alerts(engine, suite.suite, [r.id for r in earlier]))
     directions = {metric: METRICS.get(metric).direction for metric in metrics}
-    current = run_values(engine, run, metrics)
+    current = run_values(engine, run, metrics, tuned_on)
     findings = detect(current, history, alerts, suite.regression, suite.rank.alpha, directions)
     if suite.expect and earlier:
         now, before = (claim_verdicts(engine, suite, r) for r in (run, earlier[-1]))
