@@ -90,11 +90,12 @@ def plan_lines(
     """One line per trial: key, status, value of the ranking metric, tuned mark, label."""
     from harness.ranking import metric_value, select_tuned
     from harness.registry import METRICS
+    from harness.spec.schema import tuning_seeds
 
     metric = suite.rank.metric
     tune_metric = suite.rank.tune_metric or metric
     direction = METRICS.get(tune_metric).direction
-    tuned_on = suite.schedule.initial if suite.schedule is not None else None
+    tuned_on = tuning_seeds(suite.schedule)
     tuned = {
         o.key
         for o in select_tuned(stored.values(), tune_metric, direction, suite.rank.tuning, tuned_on)

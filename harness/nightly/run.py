@@ -42,6 +42,7 @@ from harness.runner.backend import Executor
 from harness.service.run import Display, ProgressDisplay, Tracker
 from harness.spec import Suite
 from harness.spec.declaration import declared_ranking
+from harness.spec.schema import tuning_seeds
 from harness.store.db import finite
 from harness.store.models import Alert, SuiteRun
 from harness.store.nightly import (
@@ -225,7 +226,7 @@ def detect_run(engine: Engine, suite: Suite, run: SuiteRun) -> list[Alert]:
     metrics = watched_metrics(suite)
     limit = HISTORY_RUNS_PER_WINDOW * suite.regression.window
     earlier = finished_nightly_runs(engine, suite.suite, run.host_class, before=run.id)[-limit:]
-    tuned_on = suite.schedule.initial if suite.schedule is not None else None
+    tuned_on = tuning_seeds(suite.schedule)
     history = [run_values(engine, r, metrics, tuned_on) for r in earlier]
     alerts = past_alerts(stored_alerts(engine, suite.suite, [r.id for r in earlier]))
     directions = {metric: METRICS.get(metric).direction for metric in metrics}

@@ -78,7 +78,7 @@ from harness.ranking.stats import (
     t_ci,
 )
 from harness.registry import METRICS
-from harness.spec.schema import Claim, ClaimDirection, SeedSchedule, Tuning
+from harness.spec.schema import Claim, ClaimDirection, SeedSchedule, Tuning, tuning_seeds
 from harness.tasks.trivial import trivial_name
 
 Verdict = Literal["reproduced", "contradicted", "inconclusive", "not tested"]
@@ -307,7 +307,7 @@ def findings(
     sequential seeds, if any (sweep points are then chosen on its initial seeds)."""
     tune_metric = tune_metric or metric
     outcomes = list(outcomes)
-    tuned_on = schedule.initial if schedule is not None else None
+    tuned_on = tuning_seeds(schedule)
     tuned = select_tuned(
         outcomes, tune_metric, METRICS.get(tune_metric).direction, tuning, tuned_on
     )

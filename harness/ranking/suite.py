@@ -20,7 +20,7 @@ from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
 from harness.registry import TASKS, RegistryError, TrainTaskEntry
 from harness.spec.declaration import RankingDeclaration
-from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
+from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite, tuning_seeds
 from harness.store.coverage import unstored_notes
 from harness.store.nightly import latest_results
 from harness.store.queries import (
@@ -227,7 +227,7 @@ def rank_suite(
         outcomes = each_point(outcomes)
         chosen = chosen if any(o.method == chosen for o in outcomes) else None
     examples = stored_examples(engine, [o.key for o in outcomes])
-    tuned_on = plan.schedule.initial if plan.schedule is not None else None
+    tuned_on = tuning_seeds(plan.schedule)
     ranking = rank(
         outcomes, overrides.spec(plan.spec), chosen, examples=examples, tuned_on=tuned_on
     )

@@ -264,6 +264,12 @@ class SeedSchedule(StrictModel):
         return self
 
 
+def tuning_seeds(schedule: SeedSchedule | None) -> int | None:
+    """The seeds sweep points are chosen on: a sequential schedule's initial ones (later seeds run
+    the chosen point alone, `harness.ranking.rounds`); None: every seed (a fixed design)."""
+    return schedule.initial if schedule is not None else None
+
+
 def _seeds_kind(value: Any) -> str:
     return "schedule" if isinstance(value, dict | SeedSchedule) else "list"
 
