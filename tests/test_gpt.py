@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from harness.methods.placement import PostNorm, PreNorm
 from harness.models.gpt import GPT, GPTConfig, GPTSpec, apply_rope, build_gpt, rope_tables
+from harness.models.gpt_hf import GPTForCausalLM, as_pretrained
 from harness.records import TrialResult
 from harness.registry import MODELS, NORM_TYPES, UnknownNameError
 from harness.runner.trial import run_trial
@@ -41,7 +42,18 @@ def ids() -> torch.Tensor:
 def test_registered_builder_and_auto_classes() -> None:
     assert MODELS.get("gpt") is build_gpt
     assert MODELS.entry("gpt").params is GPTSpec
-    assert isinstance(AutoConfig.for_model("layerbench-gpt"), GPTConfig)
+    config = AutoConfig.for_model("layerbench-gpt", n_layers=1, d_model=32, n_heads=4)
+    assert isinstance(config, GPTConfig)
+    assert isinstance(AutoModelForCausalLM.from_config(config), GPTForCausalLM)
+
+
+def test_the_pretrained_face_shares_the_weights_and_mode_of_the_model_it_wraps() -> None:
+    model = gpt()
+    wrapped = as_pretrained(model)
+    assert isinstance(wrapped, GPTForCausalLM) and wrapped.model is model
+    assert not wrapped.training
+    assert wrapped.get_output_embeddings() is model.lm_head
+    assert as_pretrained(wrapped) is wrapped
 
 
 def test_forward_shapes_and_hidden_states(ids: torch.Tensor) -> None:
@@ -57,7 +69,7 @@ def test_forward_shapes_and_hidden_states(ids: torch.Tensor) -> None:
 
 
 def test_return_dict_false_gives_tuple(ids: torch.Tensor) -> None:
-    loss, logits = gpt()(ids, labels=ids, return_dict=False)
+    loss, logits = as_pretrained(gpt())(ids, labels=ids, return_dict=False)
     assert loss.ndim == 0 and logits.shape == (BATCH, SEQ, VOCAB)
 
 
@@ -117,21 +129,21 @@ def test_trained_checkpoint_round_trip(tmp_path: Path, ids: torch.Tensor) -> Non
     initial = model(ids).logits
     train_a_little(model, ids)
     assert not torch.allclose(model(ids).logits, initial)
-    model.save_pretrained(tmp_path)
-    reloaded = GPT.from_pretrained(tmp_path).eval()
+    as_pretrained(model).save_pretrained(tmp_path)
+    reloaded = GPTForCausalLM.from_pretrained(tmp_path).eval()
     auto = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
-    assert isinstance(auto, GPT)
+    assert isinstance(auto, GPTForCausalLM)
     assert auto.config.norm_type == "rmsnorm" and auto.config.n_kv_heads == 2
     expected = model(ids).logits
     assert torch.equal(reloaded(ids).logits, expected)
     assert torch.equal(auto(ids).logits, expected)
-    assert auto.lm_head.weight is auto.embed_tokens.weight
+    assert auto.model.lm_head.weight is auto.model.embed_tokens.weight
 
 
 def test_untied_embeddings(tmp_path: Path, ids: torch.Tensor) -> None:
     model = gpt(tie_embeddings=False)
     assert model.lm_head.weight is not model.embed_tokens.weight
-    model.save_pretrained(tmp_path)
+    as_pretrained(model).save_pretrained(tmp_path)
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     assert torch.equal(reloaded(ids).logits, model(ids).logits)
 
@@ -143,11 +155,16 @@ def expected_params(d_model: int, d_ff: int, mlp_matrices: int, kv_dim: int) -> 
     return VOCAB * d_model + SMALL["n_layers"] * layer + 2 * d_model
 
 
+def n_params(model: nn.Module) -> int:
+    """Distinct parameters' sizes (a tied LM head counts once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
 @pytest.mark.parametrize(("mlp", "d_ff", "matrices"), [("swiglu", 88, 3), ("gelu", 128, 2)])
 def test_parameter_count_matches_formula(mlp: str, d_ff: int, matrices: int) -> None:
     model = gpt(mlp=mlp)
     assert model.config.d_ff == d_ff
-    assert model.num_parameters() == expected_params(32, d_ff, matrices, kv_dim=32)
+    assert n_params(model) == expected_params(32, d_ff, matrices, kv_dim=32)
 
 
 def test_default_d_ff() -> None:
@@ -158,7 +175,7 @@ def test_default_d_ff() -> None:
 
 def test_grouped_query_attention_equals_repeated_heads(ids: torch.Tensor) -> None:
     gqa, mha = gpt(n_kv_heads=2), gpt()
-    assert gqa.num_parameters() == expected_params(32, 88, 3, kv_dim=16)
+    assert n_params(gqa) == expected_params(32, 88, 3, kv_dim=16)
     state = gqa.state_dict()
     for name, tensor in state.items():
         if name.endswith(("k_proj.weight", "v_proj.weight")):
@@ -174,7 +191,7 @@ def test_generate_appends_greedy_tokens(ids: torch.Tensor, use_cache: bool | Non
     for _ in range(3):
         expected = torch.cat([expected, model(expected).logits[:, -1:].argmax(-1)], dim=1)
     options = {} if use_cache is None else {"use_cache": use_cache}
-    out = model.generate(prompt, max_new_tokens=3, do_sample=False, **options)
+    out = as_pretrained(model).generate(prompt, max_new_tokens=3, do_sample=False, **options)
     assert out.shape == (BATCH, 8)
     assert torch.equal(out, expected)
 

@@ -16,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from harness.methods.layers import ZeroBranch, blocks, layers_removed, remove_layers, sublayer
 from harness.methods.pruning import PruneContext, gate_norm, layers_to_remove, prune_model
 from harness.models.gpt import GPTSpec, build_gpt
+from harness.models.gpt_hf import as_pretrained
 from harness.registry import PRUNING
 from harness.spec.schema import NormSpec, PruneSpec
 from tests.factories import tiny_gpt
@@ -292,7 +293,9 @@ def test_every_criterion_cites_its_source() -> None:
 
 
 def generate(model: nn.Module, prompt: Tensor, use_cache: bool) -> Tensor:
-    return model.generate(prompt, max_new_tokens=6, do_sample=False, use_cache=use_cache)
+    return as_pretrained(model).generate(
+        prompt, max_new_tokens=6, do_sample=False, use_cache=use_cache
+    )
 
 
 def assert_same_outputs(model: nn.Module, reference: nn.Module, batch: Tensor, cache: bool) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.factories import ROOT
+from tests.factories import ROOT, write_suite
 
 HEAVY = ("torch", "transformers", "mlflow")
 
@@ -88,3 +88,25 @@ def test_help_of_every_command_imports_no_database_or_validation_library(tmp_pat
     assert {"", "run", "rank", "db upgrade", "data install"} <= set(report["codes"])
     assert set(report["codes"].values()) == {0}
     assert report["heavy"] == []
+
+
+TRIAL_PROBE = """
+import json, sys
+from harness.runner.trial import run_trial
+from harness.spec import load_suite
+from harness.spec.plan import plan_suite
+result = run_trial(plan_suite(load_suite(sys.argv[1]))[0].config)
+stack = [m for m in ("transformers.modeling_utils", "hqq", "torchao", "lm_eval")
+         if m in sys.modules]
+print(json.dumps({"status": str(result.status), "stack": stack}))
+"""
+
+
+@pytest.mark.slow
+def test_a_trial_of_the_built_in_gpt_imports_no_transformers_model_stack(tmp_path: Path) -> None:
+    """The built-in gpt is plain PyTorch (issue 23): training and evaluating it in a fresh
+    process imports neither transformers' modeling code nor the quantization libraries and
+    lm-eval that it pulls in (seconds in every trial process, Ray worker and Slurm job)."""
+    suite = write_suite(tmp_path, "pre-ln: {}", steps=2, eval_every=1)
+    report = probe(tmp_path, TRIAL_PROBE, str(suite))
+    assert report == {"status": "done", "stack": []}

@@ -4,6 +4,7 @@ exactly what the same trial stores when it builds everything itself."""
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,12 @@ def test_warm_up_prebuilds_the_suite_tasks_with_the_data_a_trial_builds(
     assert prebuilt.tokens.keys() == built.tokens.keys()
     for split, tokens in prebuilt.tokens.items():
         assert torch.equal(tokens, built.tokens[split])
+
+
+def test_the_server_imports_the_model_stack_only_for_suites_that_use_it(tmp_path: Path) -> None:
+    """transformers' model stack takes seconds to import: a suite that only trains the
+    built-in gpt starts its fork server without it; a quantizing suite warms it up."""
+    trained = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))
+    quantized = replace(trained[0], config={**trained[0].config, "quantize": {"scheme": "rtn"}})
+    assert warm_spec(trained)["imports"] == []
+    assert warm_spec([*trained, quantized])["imports"] == list(warm.MODEL_STACK)

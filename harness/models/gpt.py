@@ -1,31 +1,28 @@
-"""The built-in decoder-only transformer (SPEC 3), a `transformers.PreTrainedModel`.
+"""The built-in decoder-only transformer (SPEC 3), in plain PyTorch.
 
 nanoGPT-style and small: token (and optionally learned position) embeddings, `n_layers` blocks
 whose norms are arranged by a registered placement (SPEC 5.1) and built from a registered norm
-type (SPEC 5.2), an optional final norm and a (tied) LM head. `GPTConfig` is registered with the
-Auto classes, so `save_pretrained`, `AutoModelForCausalLM.from_pretrained` and `generate` work.
+type (SPEC 5.2), an optional final norm and a (tied) LM head.
+
+`GPT` is an `nn.Module` so that a trial trains it without importing transformers' model stack
+(several seconds in every trial process: with hqq and torchao installed it pulls in torch's
+compiler). Its `transformers.PreTrainedModel` face, `harness.models.gpt_hf.GPTForCausalLM`
+(`save_pretrained`, `AutoModelForCausalLM.from_pretrained`, `generate`, lm-eval's `hf`
+backend), wraps the same modules; `GPTConfig` is a `PreTrainedConfig`, which imports quickly.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    GenerationMixin,
-    PreTrainedConfig,
-    PreTrainedModel,
-)
-from transformers import initialization as init
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers import PreTrainedConfig
 
 from harness.methods.norms import NormRole
 from harness.methods.placement import SublayerNorms, init_recipe
@@ -233,15 +230,21 @@ class Block(nn.Module):
         return self.placement(x, partial(self.attn, rope=rope, mask=mask), self.mlp)
 
 
-class GPT(PreTrainedModel, GenerationMixin):
+@dataclass
+class GPTOutput:
+    """What `GPT.forward` returns: the fields of transformers' `CausalLMOutputWithPast` it fills."""
+
+    logits: Tensor
+    loss: Tensor | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+
+
+class GPT(nn.Module):
     """Decoder-only transformer LM (Radford et al., 2019, GPT-2) with pluggable norms."""
 
-    config_class = GPTConfig
-    _no_split_modules: ClassVar[list[str]] = ["Block"]
-    _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "embed_tokens.weight"}
-
     def __init__(self, config: GPTConfig) -> None:
-        super().__init__(config)
+        super().__init__()
+        self.config = config
         placement_params, norm_params = split_norm_params(
             config.norm_placement, config.norm_type, config.norm_params
         )
@@ -263,13 +266,18 @@ class GPT(PreTrainedModel, GenerationMixin):
         self.final_norm = make_norm(config.d_model, "final") if config.final_norm else nn.Identity()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.rope_cache: dict[tuple[int, torch.device], Rope] = {}
-        self.post_init()
+        self.init_weights()
 
+    @torch.no_grad()
     def init_weights(self) -> None:
-        """The model's init (`_init_weights`), then each placement's re-init of its sublayers."""
-        super().init_weights()
+        """`_init_weights` on every module, children before parents (the order of transformers'
+        `post_init`, so the same draws), then each placement's re-init of its sublayers, then
+        the LM head tied to the token embeddings (`tie_embeddings`)."""
+        self.apply(self._init_weights)
         for block in self.blocks:
             block.placement.init_sublayers(block.attn, block.mlp)
+        if self.config.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
 
     def _init_weights(self, module: nn.Module) -> None:
         """normal(0, init_std) weights, zero biases; std / sqrt(2 n_layers) on residual outputs
@@ -278,9 +286,9 @@ class GPT(PreTrainedModel, GenerationMixin):
         if isinstance(module, ResidualOut) and self.residual_scaling:
             std /= math.sqrt(2 * self.config.n_layers)
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            init.normal_(module.weight, mean=0.0, std=std)
+            nn.init.normal_(module.weight, mean=0.0, std=std)
         if isinstance(module, nn.Linear) and module.bias is not None:
-            init.zeros_(module.bias)
+            nn.init.zeros_(module.bias)
 
     def embed(self, input_ids: Tensor) -> Tensor:
         """Token (+ learned position) embeddings, times the norm type's scalar if it has one,
@@ -316,9 +324,11 @@ class GPT(PreTrainedModel, GenerationMixin):
         attention_mask: Tensor | None = None,
         labels: Tensor | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs: Any,
-    ) -> CausalLMOutputWithPast | tuple[Tensor, ...]:
+        **unused: Any,
+    ) -> GPTOutput:
+        """Logits (and the loss against `labels`, the residual stream before each block and
+        after the last); keyword arguments of transformers' models it has no use for, such as
+        `use_cache`, are accepted and ignored."""
         config = self.config
         x = self.embed(input_ids)
         rope = self.rope(x.shape[1], x.device) if config.pos == "rope" else None
@@ -333,17 +343,7 @@ class GPT(PreTrainedModel, GenerationMixin):
         keep_hidden = (
             config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
-        output = CausalLMOutputWithPast(
-            loss=loss, logits=logits, hidden_states=tuple(hidden_states) if keep_hidden else None
-        )
-        use_dict = config.return_dict if return_dict is None else return_dict
-        return output if use_dict else output.to_tuple()
-
-    def prepare_inputs_for_generation(
-        self, input_ids: Tensor, next_sequence_length: int | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Feed the whole sequence at every step (even with `use_cache`): there is no KV cache."""
-        return super().prepare_inputs_for_generation(input_ids, **kwargs)
+        return GPTOutput(logits, loss, tuple(hidden_states) if keep_hidden else None)
 
 
 def causal_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
@@ -367,7 +367,3 @@ def build_gpt(spec: GPTSpec, norm: NormSpec, vocab_size: int) -> GPT:
         embed_norm=norm.embed_norm,
     )
     return GPT(config)
-
-
-AutoConfig.register(GPTConfig.model_type, GPTConfig, exist_ok=True)
-AutoModelForCausalLM.register(GPTConfig, GPT, exist_ok=True)

@@ -13,19 +13,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from filelock import FileLock
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
 
 from harness.cache import PACKAGED, DataMissingError, cache_dir
 from harness.models.catalog import PretrainedSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass
@@ -42,6 +39,8 @@ def converted_dir(name: str) -> Path:
 def gguf_to_safetensors(folder: Path, gguf_file: str, target: Path) -> None:
     """Dequantize a GGUF model and save it as safetensors in `target` (reloads in about a
     second)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
     dequantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file)
     config = dequantized.config
@@ -96,7 +95,12 @@ def resolve_source(source: str) -> Path | str:
 
 
 def load_pretrained(spec: PretrainedSpec) -> LoadedModel:
-    """The model (eval mode) and its tokenizer."""
+    """The model (eval mode) and its tokenizer; transformers' model stack is imported here, not
+    with this module (the trial processes' fork server imports every registered module)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    import harness.models.gpt_hf  # noqa: F401 (registers a saved built-in gpt with the Auto classes)
+
     started = time.perf_counter()
     location = resolve_source(spec.source)
     dtype = torch.bfloat16 if spec.dtype == "bf16" else torch.float32

@@ -4,7 +4,10 @@ The local runner forks each trial from a fork server (multiprocessing's `forkser
 imports the harness once. Its preload list ends with `harness.runner.warm_server`, whose import
 calls `warm_up`, which:
 
-1. imports what trials would import lazily (lm-eval's model API, optimum-quanto);
+1. imports what the suite's trials would import lazily: transformers' model stack, lm-eval's
+   model API and optimum-quanto when a trial loads a pretrained model, evaluates with lm-eval
+   or quantizes (`MODEL_STACK`; seconds to import, so a suite that only trains the built-in
+   `gpt` starts without them);
 2. builds the training tasks of the suite (tokenized corpora, synthetic data sets), named in the
    environment variable `LAYERBENCH_WARM` when the runner starts the server, and keeps them
    here; `prebuilt_task` hands a trial the server's task when its section is one of them;
@@ -31,13 +34,15 @@ from typing import TYPE_CHECKING, Any
 
 from harness.logs import detach_stream_handlers
 from harness.records import PlannedTrial
+from harness.registry import MODELS, TASKS, EvalTaskEntry, PretrainedModelEntry, RegistryError
 
 if TYPE_CHECKING:
     from harness.tasks.base import Task
 
 WARM_ENV = "LAYERBENCH_WARM"
-LAZY_IMPORTS = ("lm_eval.api.model", "optimum.quanto")
-"""Modules trials import only when they use them; cheap to import once in the server."""
+MODEL_STACK = ("harness.models.gpt_hf", "lm_eval.api.model", "optimum.quanto")
+"""Modules trials import only when they use them (`uses_model_stack`): transformers' model stack
+(through the built-in gpt's `PreTrainedModel` face), lm-eval's model API, optimum-quanto."""
 
 log = logging.getLogger(__name__)
 _tasks: dict[str, Task] = {}
@@ -53,10 +58,24 @@ def prebuilt_task(section: Mapping[str, Any]) -> Task | None:
     return _tasks.get(task_key(section))
 
 
+def uses_model_stack(config: Mapping[str, Any]) -> bool:
+    """Does this trial load a pretrained model, evaluate with lm-eval or quantize (a model type
+    or task type no registry knows may do anything)?"""
+    try:
+        model, task = MODELS.entry(config["model"]["type"]), TASKS.entry(config["task"]["type"])
+    except RegistryError:
+        return True
+    pretrained, lm_eval = isinstance(model, PretrainedModelEntry), isinstance(task, EvalTaskEntry)
+    return pretrained or lm_eval or config.get("quantize") is not None
+
+
 def warm_spec(trials: Iterable[PlannedTrial]) -> dict[str, Any]:
-    """What the server should prepare for these trials: their distinct task sections."""
+    """What the server should prepare for these trials: their distinct task sections, and the
+    model stack if one of them uses it."""
+    trials = list(trials)
     sections = {task_key(trial.config["task"]): trial.config["task"] for trial in trials}
-    return {"tasks": list(sections.values())}
+    stack = any(uses_model_stack(trial.config) for trial in trials)
+    return {"tasks": list(sections.values()), "imports": list(MODEL_STACK) if stack else []}
 
 
 def start_server(trials: Iterable[PlannedTrial]) -> None:
@@ -75,7 +94,7 @@ def warm_up(spec: Mapping[str, Any]) -> None:
     """Prepare this process (the fork server) for the trials of `spec` (see the module doc)."""
     import importlib
 
-    for module in LAZY_IMPORTS:
+    for module in spec.get("imports", []):
         try:
             importlib.import_module(module)
         except ImportError:

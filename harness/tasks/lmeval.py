@@ -154,9 +154,14 @@ class LMEvalTask(EvalTask):
         from lm_eval.models.huggingface import HFLM
         from lm_eval.tasks import TaskManager
 
+        from harness.models.gpt_hf import as_pretrained
+
         device = next(model.parameters()).device
         lm = HFLM(
-            pretrained=model, tokenizer=self.tokenizer.hf, batch_size=batch_size, device=str(device)
+            pretrained=as_pretrained(model),
+            tokenizer=self.tokenizer.hf,
+            batch_size=batch_size,
+            device=str(device),
         )
         manager = TaskManager(include_path=str(include_path(self.spec)))
         results = self._run(lm, manager, self.spec.task)
