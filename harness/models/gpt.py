@@ -290,6 +290,14 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The token embeddings (transformers' accessor, which methods use on any model)."""
+        return self.embed_tokens
+
+    def get_output_embeddings(self) -> nn.Linear:
+        """The LM head (transformers' accessor)."""
+        return self.lm_head
+
     def embed(self, input_ids: Tensor) -> Tensor:
         """Token (+ learned position) embeddings, times the norm type's scalar if it has one,
         normalized if the placement (or `norm.embed_norm`) says so (Peri-LN: y_0 = N(x_embed))."""

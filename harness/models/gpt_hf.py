@@ -39,10 +39,10 @@ class GPTForCausalLM(PreTrainedModel, GenerationMixin):
         """Nothing: `GPT` initialises its weights when it is built (`GPT.init_weights`)."""
 
     def get_input_embeddings(self) -> nn.Module:
-        return self.model.embed_tokens
+        return self.model.get_input_embeddings()
 
     def get_output_embeddings(self) -> nn.Module:
-        return self.model.lm_head
+        return self.model.get_output_embeddings()
 
     def forward(
         self,
