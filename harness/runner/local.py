@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from typing import Any
 
 from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
@@ -87,8 +88,6 @@ def run_local(
 
     When `stop` is set (a SIGTERM), the running trials are killed and their claims released, so
     no trial stays claimed; the trials not started stay unclaimed."""
-    from harness.runner.trial import trial_process
-
     progress = progress or SilentProgress()
     ctx = context()
     pending = deque(trials)
@@ -101,7 +100,7 @@ def run_local(
             break
         while len(active) < workers and (trial := claim_next(pending, ledger, progress)):
             receiver, sender = ctx.Pipe(duplex=False)
-            process = ctx.Process(target=trial_process, args=(sender, trial.config))
+            process = ctx.Process(target=forked_trial, args=(sender, trial.config))
             process.start()
             sender.close()
             active[receiver] = Running(trial=trial, process=process)
@@ -120,6 +119,15 @@ def run_local(
                 )
                 end(conn, active.pop(conn), result, ledger, progress, results)
     return results
+
+
+def forked_trial(conn: Connection, config: dict[str, Any]) -> None:
+    """A trial process's target: `trial_process`, imported in the child (the fork server has
+    it loaded), so that the runner itself never imports torch: that would take seconds of CPU
+    just as the first trials start."""
+    from harness.runner.trial import trial_process
+
+    trial_process(conn, config)
 
 
 def receive(conn: Connection, running: Running, progress: Progress) -> TrialResult | None:
