@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness.runner import warm
-from harness.runner.local import run_local
+from harness.runner.local import context, run_local
 from harness.runner.trial import run_trial, train_task
 from harness.runner.warm import warm_spec
 from harness.spec import load_suite
@@ -60,3 +60,23 @@ def test_the_server_imports_the_model_stack_only_for_suites_that_use_it(tmp_path
     quantized = replace(trained[0], config={**trained[0].config, "quantize": {"scheme": "rtn"}})
     assert warm_spec(trained)["imports"] == []
     assert warm_spec([*trained, quantized])["imports"] == list(warm.MODEL_STACK)
+
+
+@pytest.mark.slow
+def test_a_server_without_the_model_stack_is_replaced_for_a_suite_that_uses_it(
+    tmp_path: Path, fresh_server: None
+) -> None:
+    """nightly runs suites in turn in one process: a suite that quantizes after one that only
+    trains gets a server that imports the stack once, not each of its trials."""
+    context()
+    trained = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))
+    quantized = replace(trained[0], config={**trained[0].config, "quantize": {"scheme": "rtn"}})
+    warm.start_server(trained)
+    first = warm._server_pid()
+    warm.start_server(trained)
+    assert warm._server_pid() == first  # it has what these trials use
+    warm.start_server([quantized])
+    second = warm._server_pid()
+    assert second not in (None, first)
+    warm.start_server(trained)
+    assert warm._server_pid() == second  # the stack is more than these trials need

@@ -46,6 +46,8 @@ MODEL_STACK = ("harness.models.gpt_hf", "lm_eval.api.model", "optimum.quanto")
 
 log = logging.getLogger(__name__)
 _tasks: dict[str, Task] = {}
+_server_imports: dict[int | None, set[str]] = {}
+"""The model-stack modules each fork server this process started imported, by its pid."""
 
 
 def task_key(section: Mapping[str, Any]) -> str:
@@ -81,13 +83,27 @@ def warm_spec(trials: Iterable[PlannedTrial]) -> dict[str, Any]:
 def start_server(trials: Iterable[PlannedTrial]) -> None:
     """Start the fork server (if this process has none yet) warmed for `trials`.
 
-    A server already running keeps what it prepared; a trial whose task it did not build
-    builds its own."""
-    os.environ[WARM_ENV] = json.dumps(warm_spec(trials))
+    A server already running keeps what it prepared (a trial whose task it did not build
+    builds its own), unless it lacks the model stack these trials use: then it is replaced by
+    one that imports it, so that a process running several suites in turn (nightly, the
+    tests) does not import the stack in every trial of the later ones. Call it between runs,
+    never while trials forked from the server are running."""
+    spec = warm_spec(trials)
+    running = _server_pid()
+    if running is not None and not set(spec["imports"]) <= _server_imports.get(running, set()):
+        _server_imports.pop(running, None)
+        forkserver._forkserver._stop()  # type: ignore[attr-defined]
+    os.environ[WARM_ENV] = json.dumps(spec)
     try:
         forkserver.ensure_running()
     finally:
         del os.environ[WARM_ENV]
+    _server_imports.setdefault(_server_pid(), set(spec["imports"]))
+
+
+def _server_pid() -> int | None:
+    """The pid of this process's fork server, None before it starts (CPython's attribute)."""
+    return forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined,no-any-return]
 
 
 def warm_up(spec: Mapping[str, Any]) -> None:
