@@ -53,7 +53,7 @@ defaults:
     {{steps: {steps}, batch_size: 8, warmup_steps: 2, eval_every: {eval_every}, eval_batches: 2}}
   optimizer: {{name: adamw, lr: 3.0e-3}}
 models:
-  gpt-2l: {{type: gpt, n_layers: 2, d_model: 32, n_heads: 2, max_seq_len: 64}}
+  gpt-2l: {{type: gpt, {model}, n_heads: 2, max_seq_len: 64}}
 tasks:
   bytes: {{type: lm, corpus: shakespeare, tokenizer: byte, seq_len: 32}}
 methods:
@@ -63,12 +63,21 @@ baseline: pre-ln
 
 
 def write_suite(
-    directory: Path, methods: str, steps: int = 20, eval_every: int = 10, extra: str = ""
+    directory: Path,
+    methods: str,
+    steps: int = 20,
+    eval_every: int = 10,
+    extra: str = "",
+    model: str = "n_layers: 2, d_model: 32",
 ) -> Path:
-    """A tiny suite file; `methods` is the YAML body of the `methods` section."""
+    """A tiny suite file; `methods` is the YAML body of the `methods` section, `model` the
+    shape of its one gpt (2 layers of width 32 unless it says otherwise)."""
     path = directory / "suite.yaml"
     body = TINY_SUITE.format(
-        steps=steps, eval_every=eval_every, methods=textwrap.indent(methods.strip(), "  ")
+        steps=steps,
+        eval_every=eval_every,
+        methods=textwrap.indent(methods.strip(), "  "),
+        model=model,
     )
     path.write_text(body + extra)
     return path

@@ -38,12 +38,9 @@ def test_the_trial_key_holds_compile_only_when_the_trial_compiles(tmp_path: Path
 def test_compiled_and_eager_losses_agree(tmp_path: Path) -> None:
     # Compiling takes minutes on a loaded machine: the time limit must not end the trial.
     methods = "pre-ln: {}\ncompiled: {train: {compile: true}, time_limit_s: 1800}"
-    suite = write_suite(tmp_path, methods, steps=6, eval_every=3)
     # One block of width 16 (still RoPE and SwiGLU): inductor compiles each block's kernels, so
     # this halves the compile time (40 -> 25 s on an idle 2-core machine) and tests the same path.
-    suite.write_text(
-        suite.read_text().replace("n_layers: 2, d_model: 32", "n_layers: 1, d_model: 16")
-    )
+    suite = write_suite(tmp_path, methods, steps=6, eval_every=3, model="n_layers: 1, d_model: 16")
     trials = {t.method: t for t in plan_suite(load_suite(suite)) if t.seed == 0}
     eager, compiled = run_trial(trials["pre-ln"].config), run_trial(trials["compiled"].config)
     assert eager.status == compiled.status == "done", compiled.error
