@@ -79,19 +79,25 @@ def extract(sdist: Path, tasks: tuple[str, ...]) -> list[Path]:
     return written
 
 
-def examples(task: str) -> list[dict[str, Any]]:
-    """The task's multiple-choice examples as {input, choices, target} rows.
-
-    The prompt follows BIG-bench's JSON-task defaults: the task prefix, then `Q: <input>`
-    and `A:`; the choices are the keys of `target_scores`, the target the highest scored.
-    """
+def require(task: str) -> Path:
+    """The installed file of a BIG-bench task; DataMissingError naming the install command if
+    it is not installed."""
     path = task_file(task)
     if not path.is_file():
         raise DataMissingError(
             f"BIG-bench task '{task}' is not installed: run `{INSTALL}` (it downloads the "
             f"`bigbench` sdist from PyPI once and extracts the chosen tasks into {data_dir()})"
         )
-    spec = json.loads(path.read_text(encoding="utf-8"))
+    return path
+
+
+def examples(task: str) -> list[dict[str, Any]]:
+    """The task's multiple-choice examples as {input, choices, target} rows.
+
+    The prompt follows BIG-bench's JSON-task defaults: the task prefix, then `Q: <input>`
+    and `A:`; the choices are the keys of `target_scores`, the target the highest scored.
+    """
+    spec = json.loads(require(task).read_text(encoding="utf-8"))
     prefix = spec.get("task_prefix", "")
     rows = []
     for example in spec["examples"]:

@@ -172,13 +172,18 @@ BIGBENCH_TASKS = "lb_bigbench_"
 """The prefix of the local lm-eval tasks (suites/tasks/) that read an installed BIG-bench task."""
 
 
+def bigbench_task(spec: LMEvalTaskSpec) -> str | None:
+    """The BIG-bench task a local `lb_bigbench_*` task reads; None for any other lm-eval task."""
+    name = spec.task.removeprefix(BIGBENCH_TASKS)
+    return name if spec.include_path is None and name != spec.task else None
+
+
 def lm_eval_missing(spec: LMEvalTaskSpec) -> str | None:
     """The install command of the BIG-bench data a local `lb_bigbench_*` task reads, if absent."""
     from harness.tasks.bigbench import INSTALL, task_file
 
-    name = spec.task.removeprefix(BIGBENCH_TASKS)
-    local = spec.include_path is None and name != spec.task
-    return INSTALL if local and not task_file(name).is_file() else None
+    name = bigbench_task(spec)
+    return INSTALL if name is not None and not task_file(name).is_file() else None
 
 
 def perplexity_fingerprint(spec: PerplexityTaskSpec) -> str:

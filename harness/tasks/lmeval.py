@@ -23,10 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.tasks import bigbench
 from harness.tasks.base import EvalTask, Evaluation, weight_name
 from harness.tasks.catalog import (
     LMEvalTaskSpec,
     PerplexityTaskSpec,
+    bigbench_task,
     include_path,
     lm_eval_fingerprint,
     perplexity_fingerprint,
@@ -144,6 +146,10 @@ class LMEvalTask(EvalTask):
     """
 
     def __init__(self, spec: LMEvalTaskSpec, tokenizer: ModelTokenizer) -> None:
+        if (data := bigbench_task(spec)) is not None:
+            # a task whose data is not installed fails here, not after lm-eval's imports and
+            # its index of every task it knows (seconds)
+            bigbench.require(data)
         self.spec = spec
         self.tokenizer = tokenizer
 
