@@ -34,7 +34,7 @@ import yaml
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
-from tests.factories import PG_ADMIN_URL, ROOT, run_process, trials_by_key, write_suite
+from tests.factories import PG_ADMIN_URL, ROOT, trials_by_key, write_suite
 
 DOCKER = ROOT / "docker"
 SCHEMA = ROOT / "tests" / "data" / "compose-spec.json"
@@ -298,9 +298,57 @@ def test_mlflow_server_accepts_its_service_name_and_the_leaderboard_only_reads(
     reader.dispose()
 
 
+NIGHTLY_SUITE = """\
+cadence: nightly
+"""
+
+
+@dataclass
+class Scheduled:
+    """The scheduler service's one nightly run (`--now`), then its SIGTERM."""
+
+    suite: str
+    returncode: int
+    log: str
+    reports: Path
+
+
+@pytest.fixture(scope="module")
+def scheduled(deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Scheduled:
+    """The scheduler service's command, run once right away (`--now`, then it waits for the
+    cron time) on a tiny nightly suite and stopped with SIGTERM. Its runner is the compose's:
+    the trials it stores and logs to the MLflow server are what the MLflow test checks."""
+    directory = tmp_path_factory.mktemp("scheduler")
+    suites = directory / "suites"
+    suites.mkdir()
+    suite = write_suite(suites, "pre-ln: {}", steps=10, eval_every=5, extra=NIGHTLY_SUITE)
+    suite.write_text(suite.read_text().replace("suite: tiny", "suite: nightly-tiny"))
+    image_only = {  # the image's suites and reports folders, here
+        "/opt/layerbench/suites": str(suites),
+        "--reports=/reports": f"--reports={directory / 'reports'}",
+    }
+    command = [image_only.get(arg, arg) for arg in deployment.command("scheduler")]
+    log = directory / "scheduler.log"
+    scheduler = subprocess.Popen(
+        [*command, "--now"],  # once right away, then wait for the cron time
+        env=deployment.environment("scheduler"),
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 240
+    while "nightly run finished" not in log.read_text():
+        assert scheduler.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.5)
+    scheduler.send_signal(signal.SIGTERM)
+    scheduler.wait(timeout=60)
+    return Scheduled("nightly-tiny", scheduler.returncode, log.read_text(), directory / "reports")
+
+
 @pytest.mark.slow
 def test_a_suite_logs_one_mlflow_run_per_trial_to_the_server_and_the_trial_page_links_it(
-    deployment: Deployment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    deployment: Deployment, scheduled: Scheduled, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -308,15 +356,11 @@ def test_a_suite_logs_one_mlflow_run_per_trial_to_the_server_and_the_trial_page_
 
     runner_env = deployment.environment("scheduler")  # what a runner in the compose sees
     uri, db = runner_env["MLFLOW_TRACKING_URI"], runner_env["LAYERBENCH_DB"]
-    suite = write_suite(tmp_path, "pre-ln: {}", steps=10, eval_every=5)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    ran = run_process("run", str(suite), "--db", db)
-    assert ran.returncode == 0, ran.stderr
-    stored = trials_by_key(db)
+    stored = {key: t for key, t in trials_by_key(db).items() if t.suite == scheduled.suite}
     assert len(stored) == 2
 
     client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name(scheduled.suite).experiment_id])
     assert sorted(r.data.tags["trial_key"] for r in runs) == sorted(stored)
     for trial in stored.values():
         assert [m.step for m in client.get_metric_history(trial.mlflow_run_id, "val_loss")] == [
@@ -328,6 +372,7 @@ def test_a_suite_logs_one_mlflow_run_per_trial_to_the_server_and_the_trial_page_
     on_disk = {p.name for p in deployment.artifacts.rglob("*") if p.is_file()}
     assert {"config.json", "layer_stats.csv"} <= on_disk  # the server's artifact destination
 
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("LAYERBENCH_DB", db)
     trial = next(iter(stored.values()))
     at = run_app("trial", key=trial.key)
@@ -361,41 +406,13 @@ def test_ray_head_service_takes_a_driver_with_the_token(
     shutil.rmtree(ray_dir, ignore_errors=True)
 
 
-NIGHTLY_SUITE = """\
-cadence: nightly
-"""
-
-
 @pytest.mark.slow
 def test_scheduler_service_runs_a_nightly_run_and_stops_on_sigterm(
-    deployment: Deployment, tmp_path: Path
+    deployment: Deployment, scheduled: Scheduled
 ) -> None:
-    suites = tmp_path / "suites"
-    suites.mkdir()
-    suite = write_suite(suites, "pre-ln: {}", steps=10, eval_every=10, extra=NIGHTLY_SUITE)
-    suite.write_text(suite.read_text().replace("suite: tiny", "suite: nightly-tiny"))
-    image_only = {  # the image's suites and reports folders, here
-        "/opt/layerbench/suites": str(suites),
-        "--reports=/reports": f"--reports={tmp_path / 'reports'}",
-    }
-    command = [image_only.get(arg, arg) for arg in deployment.command("scheduler")]
-    log = tmp_path / "scheduler.log"
-    scheduler = subprocess.Popen(
-        [*command, "--now"],  # once right away, then wait for the cron time
-        env=deployment.environment("scheduler"),
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 240
-    while "nightly run finished" not in log.read_text():
-        assert scheduler.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.5)
-    scheduler.send_signal(signal.SIGTERM)
-    assert scheduler.wait(timeout=60) == 0, log.read_text()
-    assert "nightly run finished with exit code 0" in log.read_text()
-    assert "schedule stopped" in log.read_text()
-    assert list((tmp_path / "reports").iterdir())
+    assert scheduled.returncode == 0, scheduled.log
+    assert "nightly run finished with exit code 0" in scheduled.log
+    assert "schedule stopped" in scheduled.log
+    assert list(scheduled.reports.iterdir())
     stored = trials_by_key(deployment.environment("scheduler")["LAYERBENCH_DB"])
-    assert [t.status for t in stored.values() if t.suite == "nightly-tiny"] == ["done"] * 2
+    assert [t.status for t in stored.values() if t.suite == scheduled.suite] == ["done"] * 2
