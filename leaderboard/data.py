@@ -129,7 +129,7 @@ def outcomes(engine: Engine, suite: str) -> list[TrialOutcome]:
     with Session(engine) as session:
         keys = session.scalars(select(Trial.key).where(Trial.suite == suite).order_by(Trial.id))
         keys = list(keys)
-    return stored_outcomes(engine, keys)
+    return stored_outcomes(engine, keys, suite=suite)
 
 
 def run_of_trials(engine: Engine, suite: str) -> dict[str, int | None]:

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import Engine, event, func, select
 from sqlalchemy.orm import Session
 
+from harness.store import queries
 from harness.store.db import make_engine, upgrade
 from harness.store.models import LayerStatistic, MetricPoint, Result
 from harness.store.nightly import latest_results
@@ -75,3 +76,29 @@ def test_bulk_store_writes_what_the_row_builders_write(tmp_path: Path) -> None:
             Session(e).scalar(select(func.count()).select_from(table)) for e in (by_orm, in_bulk)
         ]
         assert counts[0] == counts[1] > 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_suites_keys_read_in_one_scan_are_those_read_in_chunks(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """More keys than a chunk with their suite: one scan of the suite's trials, the rows of
+    other keys (superseded trials, other suites) dropped; the same outcomes as read by keys, in
+    key order whatever order the keys are given in (the driver's own rows, on both backends)."""
+    monkeypatch.setattr(queries, "OUTCOME_CHUNK", 4)
+    if backend == "sqlite":
+        engine = engine_at(tmp_path / "q.db")
+    else:
+        engine = make_engine(request.getfixturevalue("postgres_url"))
+        upgrade(engine)
+    stored = results(range(10))
+    store_bulk(engine, stored)
+    other = planned("other", {"m": {}}, ["gpt"], ["t"], range(3))
+    store_bulk(
+        engine, [(trial, fake_result("done", 1.0, np.random.default_rng(2))) for trial in other]
+    )
+    keys = [trial.key for trial, _ in stored[:8]]
+    by_suite = stored_outcomes(engine, keys[::-1], "val_loss", suite="q")
+    assert by_suite == stored_outcomes(engine, keys, "val_loss")
+    assert [o.key for o in by_suite] == sorted(keys)
+    assert [o.series != [] for o in by_suite] == [True] * 8

@@ -37,7 +37,7 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     trials, metric = plan_suite(suite), suite.rank.metric
     engine = open_db(db)
     statuses: dict[str, str] = dict(trial_statuses(engine, [t.key for t in trials]))
-    stored = {o.key: o for o in stored_outcomes(engine, [t.key for t in trials])}
+    stored = {o.key: o for o in stored_outcomes(engine, [t.key for t in trials], suite=suite.suite)}
     if suite.schedule is not None:
         from harness.ranking.rounds import unneeded_trials
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -80,6 +81,16 @@ class Group:
             return example_test(a, b, self.binary)
         return paired_test(a, b)
 
+    @cached_property
+    def pair_tests(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(i, j, p, mean difference i - j) of the test of every pair of methods i < j, run once
+        per group: the win rates and the tie groups read the same tests (read-only arrays)."""
+        i, j = np.triu_indices(len(self.methods), k=1)
+        p, mean_diff = self.test(self.values[i], self.values[j])
+        for found in (i, j, p, mean_diff):
+            found.setflags(write=False)
+        return i, j, p, mean_diff
+
 
 def build_group(
     task: str,
@@ -93,30 +104,36 @@ def build_group(
     methods = sorted({o.method for o in outcomes})
     seeds = sorted({o.seed for o in outcomes})
     row, col = {m: i for i, m in enumerate(methods)}, {s: j for j, s in enumerate(seeds)}
-    values = np.full((len(methods), len(seeds)), np.nan)
-    present = np.zeros(values.shape, dtype=bool)
-    excluded = np.zeros(values.shape, dtype=bool)
+    shape = (len(methods), len(seeds))
     labels: list[set[Status]] = [set() for _ in methods]
     sweeps: list[dict[str, Any] | None] = [None] * len(methods)
     trials: list[list[dict[str, Any]]] = [[] for _ in methods]
-    steps = np.full(values.shape, np.nan) if hits is not None else None
-    times = steps.copy() if steps is not None else None
+    rows, cols, found, counted = [], [], [], []  # per outcome
     for outcome in outcomes:
-        i, j = row[outcome.method], col[outcome.seed]
+        i = row[outcome.method]
         value = metric_value(outcome, metric)
-        values[i, j] = np.nan if value is None else value
-        present[i, j] = counts_in_comparisons(outcome, metric)
-        excluded[i, j] = not present[i, j]
+        counts = counts_in_comparisons(outcome, value)
+        if value is None and counts:
+            labels[i].add(failure_label(outcome))
+        rows.append(i)
+        cols.append(col[outcome.seed])
+        found.append(np.nan if value is None else value)
+        counted.append(counts)
         trials[i].append(
             {"seed": outcome.seed, "sweep": dict(outcome.sweep), "key": outcome.key}
             | {"status": outcome.status, "value": value}
         )
-        if present[i, j] and (label := failure_label(outcome, metric)) is not None:
-            labels[i].add(label)
         if per_method_points and outcome.sweep:
             sweeps[i] = dict(outcome.sweep)
-        if hits is not None and steps is not None and times is not None:
-            steps[i, j], times[i, j] = hits[SeedKey(outcome.method, model, task, outcome.seed)]
+    at = (np.array(rows, dtype=int), np.array(cols, dtype=int))
+    values = np.full(shape, np.nan)
+    present, excluded = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
+    values[at], present[at], excluded[at] = found, counted, np.logical_not(counted)
+    steps = times = None
+    if hits is not None:
+        steps, times = np.full(shape, np.nan), np.full(shape, np.nan)
+        reached = [hits[SeedKey(o.method, model, task, o.seed)] for o in outcomes]
+        steps[at], times[at] = np.array(reached, dtype=float).reshape(-1, 2).T
     failed = present & np.isnan(values)
     failures = [_failure_name(found) for found in labels]
     group = Group(
@@ -197,10 +214,28 @@ def compare(
     """Methods i vs j (index arrays): (failure sign, decided by failures, p, paired mean diff).
 
     The failure sign is +1 where i has fewer failed columns that j finished, -1 where more."""
+    return _compared(group, i, j, group.test(group.values[i], group.values[j]), direction)
+
+
+def compare_pairs(
+    group: Group, direction: Direction
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """(i, j, `compare` of i vs j) for every pair of methods i < j (`Group.pair_tests`)."""
+    i, j, p, mean_diff = group.pair_tests
+    return i, j, _compared(group, i, j, (p, mean_diff), direction)
+
+
+def _compared(
+    group: Group,
+    i: np.ndarray,
+    j: np.ndarray,
+    tests: tuple[np.ndarray, np.ndarray],
+    direction: Direction,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     paired = group.present[i] & group.present[j]
     only_i = (group.failed[i] & ~group.failed[j] & paired).sum(axis=-1)
     only_j = (group.failed[j] & ~group.failed[i] & paired).sum(axis=-1)
-    p, mean_diff = group.test(group.values[i], group.values[j])
+    p, mean_diff = tests
     return np.sign(only_j - only_i).astype(float), only_i != only_j, p, _sign(mean_diff, direction)
 
 
@@ -208,8 +243,7 @@ def win_rates(group: Group, alpha: float, direction: Direction) -> np.ndarray:
     """HELM mean win rate of each method of the group (NaN for a method alone in its group):
     1 per method it beats, 1/2 per undecided pair (a test with p >= alpha), over the others."""
     m = len(group.methods)
-    i, j = np.triu_indices(m, k=1)
-    by_failure, decisive, p, by_diff = compare(group, i, j, direction)
+    i, j, (by_failure, decisive, p, by_diff) = compare_pairs(group, direction)
     means = effective_means(group)
     by_mean = _sign(means[i] - means[j], direction)
     by_test = np.where(np.isnan(p), by_mean, np.where(p >= alpha, 0.0, by_diff))

@@ -55,20 +55,22 @@ def metric_value(outcome: TrialOutcome, metric: str) -> float | None:
     return float(value)
 
 
-def failure_label(outcome: TrialOutcome, metric: str) -> Status | None:
-    """Why the seed has no value: its status, or `diverged` for a done trial without a finite
-    value of the metric (it loses, as a diverged seed does)."""
-    if metric_value(outcome, metric) is not None:
-        return None
+def failure_label(outcome: TrialOutcome) -> Status:
+    """Why a seed without a value of the metric (`metric_value` None) has none: its status, or
+    `diverged` for a done trial (it loses, as a diverged seed does)."""
     status = Status(outcome.status)
     return status if status in FAILURE_ORDER and status is not Status.DONE else Status.DIVERGED
 
 
-def counts_in_comparisons(outcome: TrialOutcome, metric: str) -> bool:
-    """The seed takes part in comparisons: it has a value, or its status loses (`Status.loses`;
-    a done trial without the metric loses too). A seed that does not is left out, as if absent."""
-    status = Status(outcome.status)
-    return status is Status.DONE or status.loses or metric_value(outcome, metric) is not None
+COMPARED = frozenset(status for status in Status if status is Status.DONE or status.loses)
+"""Statuses whose seeds take part in comparisons with or without a value."""
+
+
+def counts_in_comparisons(outcome: TrialOutcome, value: float | None) -> bool:
+    """The seed takes part in comparisons: it has a value (`value`, its `metric_value`), or its
+    status loses (`Status.loses`; a done trial without the metric loses too). A seed that does
+    not is left out, as if absent."""
+    return value is not None or outcome.status in COMPARED
 
 
 def each_point(outcomes: Iterable[TrialOutcome]) -> list[TrialOutcome]:
@@ -88,6 +90,8 @@ def select_tuned(
     outcomes = list(outcomes)
     if tuning == "per_seed":
         return _best_per_seed(outcomes, metric, direction)
+    if not swept(outcomes):
+        return outcomes  # one point per method: every point is chosen
     points: dict[CellKey, dict[str, list[TrialOutcome]]] = {}
     labels = [point_label(o.method, o.sweep) for o in outcomes]
     for outcome, label in zip(outcomes, labels, strict=True):
@@ -109,8 +113,9 @@ def select_tuned(
 def _point_key(seeds: list[TrialOutcome], metric: str, direction: Direction) -> tuple[int, float]:
     """Sort key of a sweep point: fewer seeds that lose (diverged; not a crash or a timeout),
     then the better mean (min() keeps the first of equal keys)."""
-    values = [v for o in seeds if (v := metric_value(o, metric)) is not None]
-    losing = sum(counts_in_comparisons(o, metric) for o in seeds) - len(values)
+    each = [(o, metric_value(o, metric)) for o in seeds]
+    values = [v for _, v in each if v is not None]
+    losing = sum(counts_in_comparisons(o, v) for o, v in each) - len(values)
     if not values:
         return (losing, math.inf)
     mean = sum(values) / len(values)
@@ -130,6 +135,11 @@ def _best_per_seed(
         ):
             best[key] = (outcome, value)
     return [outcome for outcome, _ in best.values()]
+
+
+def swept(outcomes: Iterable[TrialOutcome]) -> bool:
+    """Any outcome is a sweep point (without, each method is a single point)."""
+    return any(outcome.sweep for outcome in outcomes)
 
 
 def sweep_sizes(outcomes: Iterable[TrialOutcome]) -> dict[CellKey, int]:

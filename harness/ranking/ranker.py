@@ -27,7 +27,7 @@ from typing import Any
 from harness.core import CellKey, Direction, GroupKey, Status, TrialOutcome, cell_of
 from harness.ranking.examples import ExampleOutcomes
 from harness.ranking.groups import Group, GroupRules, build_group, group_rows, median_times
-from harness.ranking.outcomes import fastest_hits, select_tuned, sweep_sizes
+from harness.ranking.outcomes import fastest_hits, select_tuned, sweep_sizes, swept
 from harness.ranking.records import MethodSummary, Ranking, RankRow
 from harness.ranking.stats import BOOTSTRAP_MIN_N
 from harness.ranking.ties import with_tie_groups
@@ -109,25 +109,29 @@ def _warnings(
     if baseline is not None and all(o.method != baseline for o in tuned):
         known = ", ".join(sorted({o.method for o in tuned}))
         found.append(f"the baseline '{baseline}' has no results here (methods: {known})")
-    seeds: dict[CellKey, set[int]] = {}
-    for outcome in tuned:
-        seeds.setdefault(cell_of(outcome), set()).add(outcome.seed)
-    if ci != "t" and any(len(s) < BOOTSTRAP_MIN_N for s in seeds.values()):
+    if ci != "t" and any(len(s) < BOOTSTRAP_MIN_N for s in _seeds(tuned).values()):
         found.append(
             f"{ci} intervals from fewer than {BOOTSTRAP_MIN_N} seeds cover the mean far less "
             "than 95% of the time; use rank.ci: t"
         )
-    sizes = sweep_sizes(outcomes)
-    swept = any(size > 1 for size in sizes.values())
-    if tuning == "per_seed" and swept:
+    sizes = sweep_sizes(outcomes) if swept(outcomes) else {}
+    several = any(size > 1 for size in sizes.values())
+    if tuning == "per_seed" and several:
         found.append("per_seed tuning picks each seed's best sweep point: optimistic")
-    if tune_metric == metric and swept:
+    if tune_metric == metric and several:
         found.append(
             f"sweep points are chosen on {metric}, the reported metric; set rank.tune_metric "
             "to a held-out one"
         )
     found += _unequal_sweeps(sizes)
     return found
+
+
+def _seeds(outcomes: list[TrialOutcome]) -> dict[CellKey, set[int]]:
+    seeds: dict[CellKey, set[int]] = {}
+    for outcome in outcomes:
+        seeds.setdefault(cell_of(outcome), set()).add(outcome.seed)
+    return seeds
 
 
 def _unequal_sweeps(sizes: dict[CellKey, int]) -> list[str]:

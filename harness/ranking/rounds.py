@@ -166,7 +166,7 @@ class SequentialSeeds:
         from harness.store.queries import stored_outcomes
 
         keys = [t.key for t in round.planned]
-        outcomes = stored_outcomes(round.store, keys)
+        outcomes = stored_outcomes(round.store, keys, suite=self.suite.suite)
         first = initial_trials(self.schedule, round.planned)
         stored = {o.key for o in outcomes}
         if round.number == 0 and any(t.key not in stored for t in first):

@@ -62,7 +62,6 @@ def paired_test(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     or 0.0 when the differences are constant up to float rounding (all zero or not): a rerun
     that reproduces its numbers to the last bits has no spread to test against.
     """
-    from scipy import stats
 
     a, b = np.broadcast_arrays(a, b)
     paired = ~np.isnan(a) & ~np.isnan(b)
@@ -77,10 +76,24 @@ def paired_test(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     constant = (n_pairs >= 2) & (highest - lowest <= ROUNDING * scale)
     p[constant] = np.where(mean_diff[constant] == 0, 1.0, 0.0)
     tested = (n_pairs >= 2) & ~constant
-    if tested.any():
-        policy = "propagate" if paired[tested].all() else "omit"
-        p[tested] = stats.ttest_rel(a[tested], b[tested], axis=-1, nan_policy=policy).pvalue
+    p[tested] = _ttest_rel_pairs(a[tested], b[tested], paired[tested])
     return p, mean_diff
+
+
+def _ttest_rel_pairs(a: np.ndarray, b: np.ndarray, paired: np.ndarray) -> np.ndarray:
+    """`scipy.stats.ttest_rel` p-values of each row's pairs (rows of `a`, `b`; `paired` marks
+    the pairs). Rows with as many pairs are tested in one vectorised call on those pairs alone,
+    which gives scipy's `nan_policy="omit"` result without its row-by-row loop."""
+    from scipy import stats
+
+    p = np.empty(len(a))
+    n_pairs = paired.sum(axis=-1)
+    for size in np.unique(n_pairs):
+        rows = np.flatnonzero(n_pairs == size)
+        mask = paired[rows]
+        pairs_a, pairs_b = (x[rows][mask].reshape(len(rows), size) for x in (a, b))
+        p[rows] = stats.ttest_rel(pairs_a, pairs_b, axis=-1).pvalue
+    return p
 
 
 def sign_test(diffs: np.ndarray) -> tuple[float | None, tuple[int, int]]:

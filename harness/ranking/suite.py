@@ -148,7 +148,7 @@ def plan_outcomes(engine: Engine, plan: RankPlan, nightly: bool) -> list[TrialOu
     series = target.metric if target else None
     if nightly:
         return latest_results(engine, plan.suite, plan.keys, series)
-    return stored_outcomes(engine, plan.keys, series)
+    return stored_outcomes(engine, plan.keys, series, suite=plan.suite)
 
 
 def stored_examples(engine: Engine, keys: list[str]) -> ExampleOutcomes | None:

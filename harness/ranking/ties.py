@@ -28,7 +28,7 @@ from dataclasses import replace
 import numpy as np
 
 from harness.core import Direction
-from harness.ranking.groups import Group, compare
+from harness.ranking.groups import Group, compare_pairs
 from harness.ranking.records import MethodSummary, RankRow
 from harness.ranking.stats import holm
 
@@ -36,8 +36,7 @@ from harness.ranking.stats import holm
 def separations(group: Group, alpha: float, direction: Direction) -> np.ndarray:
     """m x m: +1 where method i is separably better than j, -1 where worse, 0 where neither."""
     m = len(group.methods)
-    i, j = np.triu_indices(m, k=1)
-    by_failure, decisive, p, by_diff = compare(group, i, j, direction)
+    i, j, (by_failure, decisive, p, by_diff) = compare_pairs(group, direction)
     p = np.where(decisive, np.nan, p)
     tested = ~np.isnan(p)
     p[tested] = holm(p[tested])

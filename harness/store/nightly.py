@@ -118,8 +118,9 @@ def run_outcomes(
 ) -> list[TrialOutcome]:
     """The finished trials a suite run ran (`stored_outcomes`)."""
     with Session(engine) as session:
+        suite = session.get_one(SuiteRun, run_id).suite
         keys = list(session.scalars(select(Trial.key).where(Trial.suite_run_id == run_id)))
-    return stored_outcomes(engine, keys, series_metric)
+    return stored_outcomes(engine, keys, series_metric, suite=suite)
 
 
 def latest_results(
@@ -133,7 +134,7 @@ def latest_results(
         newest = newest_end(engine, keys)
         if newest is None or ended > _aware(newest):
             return run_outcomes(engine, latest[-1].id, series_metric)
-    return stored_outcomes(engine, keys, series_metric)
+    return stored_outcomes(engine, keys, series_metric, suite=suite)
 
 
 def newest_end(engine: Engine, keys: Sequence[str]) -> datetime | None:
