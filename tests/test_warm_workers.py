@@ -1,5 +1,6 @@
 """Warm workers (harness/runner/warm.py): a trial forked from the warmed fork server stores
-exactly what the same trial stores when it builds everything itself."""
+exactly what the same trial stores when it builds everything itself, on the threads its suite
+gives it however many trials run beside it."""
 
 from __future__ import annotations
 
@@ -21,18 +22,25 @@ from tests.factories import MemoryLedger, stored, write_suite
 
 
 @pytest.mark.slow
-def test_a_warm_worker_stores_the_same_losses_as_a_cold_process(
+def test_a_trial_stores_the_same_warm_or_cold_on_its_suites_threads_whatever_the_workers(
     tmp_path: Path, fresh_server: None
 ) -> None:
-    suite = write_suite(tmp_path, "pre-ln: {}", steps=6, eval_every=3)
-    trials = plan_suite(load_suite(suite))
-    warm = MemoryLedger()
-    run_local(trials, warm, workers=1)
+    trials = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}", steps=6, eval_every=3)))
+    alone, beside = MemoryLedger(), MemoryLedger()
+    run_local(trials, alone, workers=1)  # it used to get cpu_count // workers threads
+    run_local(trials, beside, workers=2)
     cold = {trial.key: run_trial(trial.config) for trial in trials}  # on the trial's threads
-    assert set(warm.results) == set(cold) and len(cold) == 2
+    assert set(alone.results) == set(beside.results) == set(cold) == {t.key for t in trials}
+    assert len(cold) == 2
     for key, result in cold.items():
-        assert result.status == "done"
-        assert stored(warm.results[key]) == stored(result)
+        assert result.status == "done", result.error
+        warm = alone.results[key], beside.results[key]
+        assert [r.environment["threads"] for r in warm] == [1, 1]
+        assert stored(warm[0]) == stored(warm[1]) == stored(result)
+    suite = write_suite(tmp_path, "pre-ln: {}", steps=2, eval_every=2, extra="resources: {cpus: 2}")
+    two = MemoryLedger()
+    run_local(plan_suite(load_suite(suite))[:1], two, workers=2)
+    assert [r.environment["threads"] for r in two.results.values()] == [2]
 
 
 def test_warm_up_prebuilds_the_suite_tasks_with_the_data_a_trial_builds(
