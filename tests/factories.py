@@ -12,12 +12,11 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -430,28 +429,15 @@ def run_process(*args: str, check: bool = False) -> subprocess.CompletedProcess[
     )
 
 
-def run_processes(*commands: Sequence[str]) -> list[subprocess.CompletedProcess[str]]:
-    """`layerbench ARGS` for each of `commands`, each in a fresh process, all at once (one runs
-    on the second core while another starts); their output goes to files, so none waits for its
-    pipe to be read."""
-    with ExitStack() as stack:
-        started = []
-        for args in commands:
-            out, err = (stack.enter_context(tempfile.TemporaryFile("w+")) for _ in range(2))
-            command = [sys.executable, "-m", "harness", *args]
-            started.append((subprocess.Popen(command, stdout=out, stderr=err, text=True), out, err))
-        return [_completed(process, out, err) for process, out, err in started]
-
-
-def _completed(
-    process: subprocess.Popen[str], out: IO[str], err: IO[str]
-) -> subprocess.CompletedProcess[str]:
-    process.wait(timeout=600)
-    texts = []
-    for sink in (out, err):
-        sink.seek(0)
-        texts.append(sink.read())
-    return subprocess.CompletedProcess(process.args, process.returncode, *texts)
+def run_beside(
+    remote: Sequence[str], local: Sequence[str]
+) -> tuple[subprocess.CompletedProcess[str], CliResult]:
+    """`layerbench REMOTE` in a fresh process (a driver of a cluster backend) and, while it runs,
+    `layerbench LOCAL` in this one: each waits on its own trials, so they run at once."""
+    with ThreadPoolExecutor(1) as pool:
+        remote_run = pool.submit(run_process, *remote)
+        local_run = invoke(*local)
+        return remote_run.result(), local_run
 
 
 def trials_by_key(url: str) -> dict[str, Trial]:

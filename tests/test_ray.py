@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint, Result
-from tests.factories import ROOT, count, invoke, run_process, run_processes, trials_by_key
+from tests.factories import ROOT, count, invoke, run_beside, run_process, trials_by_key
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -94,12 +94,12 @@ def test_ray_and_local_store_identical_metrics(
     suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
     on_ray, local = f"sqlite:///{tmp_path / 'ray.db'}", f"sqlite:///{tmp_path / 'local.db'}"
     # one thread per trial on both backends: the suite sets no `resources.cpus`
-    ray_ran, local_ran = run_processes(  # at once: each waits on its own trials
+    ray_ran, local_ran = run_beside(
         ["run", str(suite), "--db", on_ray, "--backend", "ray", "--ray-address=" + address],
         ["run", str(suite), "--db", local, "--no-mlflow", "--workers", "2"],
     )
     assert ray_ran.returncode == 0, ray_ran.stderr
-    assert local_ran.returncode == 0, local_ran.stderr
+    assert local_ran.exit_code == 0, local_ran.output
     assert len(final_metrics(on_ray)) == 2
     assert final_metrics(on_ray) == final_metrics(local)
     stored = trials_by_key(on_ray).values()

@@ -24,7 +24,7 @@ import pytest
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint
-from tests.factories import ROOT, count, invoke, run_process, run_processes, trials_by_key
+from tests.factories import ROOT, count, invoke, run_beside, trials_by_key
 from tests.test_ray import final_metrics
 
 pytest.importorskip("submitit")
@@ -293,20 +293,20 @@ def test_slurm_and_local_store_identical_metrics(slurm: Cluster, tmp_path: Path)
     suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
     on_slurm, local = f"sqlite:///{tmp_path / 'slurm.db'}", f"sqlite:///{tmp_path / 'local.db'}"
     # one thread per trial on both backends: the suite sets no `resources.cpus`
-    slurm_ran, local_ran = run_processes(  # at once: each waits on its own trials
+    slurm_ran, local_ran = run_beside(
         ["run", str(suite), "--db", on_slurm, "--backend", "slurm"],
         ["run", str(suite), "--db", local, "--no-mlflow", "--workers", "2"],
     )
     assert slurm_ran.returncode == 0, slurm_ran.stdout + slurm_ran.stderr
-    assert local_ran.returncode == 0, local_ran.stderr
+    assert local_ran.exit_code == 0, local_ran.output
     assert len(final_metrics(on_slurm)) == 2
     assert final_metrics(on_slurm) == final_metrics(local)
     stored = trials_by_key(on_slurm).values()
     assert all(t.status == "done" and t.attempts == 1 for t in stored)
     assert all(t.mlflow_run_id for t in stored)  # the driver logged each to MLflow
     assert all(t.environment["threads"] == 1 for t in stored)
-    again = run_process("run", str(suite), "--db", on_slurm, "--backend", "slurm")
-    assert again.returncode == 0 and "2 stored, 0 to run" in again.stdout  # nothing missing
+    again = invoke("run", str(suite), "--db", on_slurm, "--backend", "slurm")
+    assert again.exit_code == 0 and "2 stored, 0 to run" in again.stdout  # nothing missing
 
 
 def job_of(pid: int) -> str:
@@ -355,8 +355,8 @@ def test_a_cancelled_job_is_failed_with_the_reason_and_a_rerun_completes_it(
     assert watched.status == "failed" and watched.attempts == 1
     assert "ended CANCELLED (see `scancel`) without a result" in watched.error, watched.error
 
-    rerun = run_process(*run, "--retry-failed")
-    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    rerun = invoke(*run, "--retry-failed")  # in this process: its job sees the same environment
+    assert rerun.exit_code == 0, rerun.output
     after = trials_by_key(db)
     assert set(after) == {t.key for t in plan_suite(load_suite(suite))}
     assert all(t.status == "done" for t in after.values())
