@@ -103,11 +103,18 @@ def load(path: Path) -> Suite:
         raise typer.Exit(2) from None
 
 
-def open_db(url: str | None) -> Engine:
-    from harness.store.db import DatabaseError, open_database
+def logs_beside(url: str | None) -> None:
+    """Third-party messages go to a file beside the database `url`, in this process and in the
+    processes it starts from now on."""
     from harness.store.url import database_url
 
-    route_logs(log_file_beside(database_url(url)))  # third-party messages: beside the database
+    route_logs(log_file_beside(database_url(url)))
+
+
+def open_db(url: str | None) -> Engine:
+    from harness.store.db import DatabaseError, open_database
+
+    logs_beside(url)
     try:
         return open_database(url)
     except DatabaseError as error:

@@ -17,6 +17,7 @@ from harness.cli.common import (
     app,
     fail,
     load,
+    logs_beside,
     open_db,
 )
 from harness.cli.rank import build_ranking, print_ranking
@@ -71,12 +72,9 @@ def run(
     sbatch: SbatchOption = None,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
-    from harness.service import RunOptions
-
     if backend not in BACKENDS:
         raise fail(f"--backend must be local, ray or slurm (got '{backend}')")
     suite = load(suite_path)
-    engine = open_db(db)
     flags = {
         "partition": slurm_partition,
         "account": slurm_account,
@@ -85,6 +83,11 @@ def run(
     }
     slurm = partial(slurm_settings, suite.slurm, flags, sbatch or [])
     executor = executor_for(suite, backend, workers, (ray_address, retries), slurm)
+    logs_beside(db)  # before the fork server starts: its trials inherit the file
+    prepare_early(suite, executor)
+    from harness.service import RunOptions
+
+    engine = open_db(db)
     options = RunOptions(only=only, force=force, retry_failed=retry_failed)
     tracker = None if no_mlflow else mlflow_tracker(engine)
     outcome = execute(suite, executor, engine, tracker, options)
@@ -108,6 +111,22 @@ def executor_for(
     from harness.runner.local import local_executor
 
     return local_executor(workers)
+
+
+def prepare_early(suite: Suite, executor: Executor) -> None:
+    """Start what the backend prepares (the local runner's warm fork server: seconds of imports)
+    for every trial of the suite now, before the run's store, bookkeeping and tracking are even
+    imported, and import the final ranking's statistics while it warms up. `run_suite` prepares
+    again for the trials it runs, which keeps a server that suits them. A suite with nothing
+    left to run started a server for nothing, in the background."""
+    import importlib
+
+    from harness.runner.backend import Prepares
+    from harness.spec.plan import plan_suite
+
+    if isinstance(executor, Prepares):
+        executor.prepare(plan_suite(suite))
+        importlib.import_module("scipy.stats")
 
 
 def execute(
