@@ -64,13 +64,19 @@ def stored_seeds(db: str) -> dict[str, set[int]]:
     return seeds
 
 
-def test_a_claim_decided_at_the_initial_seeds_stops_there(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One database for the module's suites: the undecided claim's suite has the decided one's
+    trials (same suite, methods and seeds), which it finds stored when it runs second."""
+    return f"sqlite:///{tmp_path_factory.mktemp('sequential') / 'sequential.db'}"
+
+
+def test_a_claim_decided_at_the_initial_seeds_stops_there(tmp_path: Path, db: str) -> None:
     suite = write(
         tmp_path,
         "trains: {}\nfrozen: {optimizer: {lr: 1.0e-7}}",
         "- {method: trains, than: frozen, direction: better, source: test}",
     )
-    db = f"sqlite:///{tmp_path / 'decided.db'}"
     plan = layerbench("plan", str(suite), "--db", db)
     assert "6 initial trials (seeds 0-2)" in plan.output and "at most 24 trials" in plan.output
     ran = layerbench("run", str(suite), "--db", db, "--no-mlflow")
@@ -85,7 +91,7 @@ def test_a_claim_decided_at_the_initial_seeds_stops_there(tmp_path: Path) -> Non
     assert record["cpu_s"] > 0 and record["interval"][1] < 0
 
 
-def test_an_undecided_claim_adds_seeds_only_to_its_two_methods(tmp_path: Path) -> None:
+def test_an_undecided_claim_adds_seeds_only_to_its_two_methods(tmp_path: Path, db: str) -> None:
     # `twin` is `trains` under another name: identical losses, a difference of exactly 0
     suite = write(
         tmp_path,
@@ -93,7 +99,6 @@ def test_an_undecided_claim_adds_seeds_only_to_its_two_methods(tmp_path: Path) -
         "- {method: trains, than: frozen, direction: better, source: clear}\n"
         "- {method: twin, than: trains, direction: better, source: undecided}",
     )
-    db = f"sqlite:///{tmp_path / 'open.db'}"
     ran = layerbench("run", str(suite), "--db", db, "--no-mlflow")
     assert "look 2:" in ran.output
     seeds = stored_seeds(db)
