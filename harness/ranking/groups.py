@@ -120,8 +120,13 @@ def build_group(
         found.append(np.nan if value is None else value)
         counted.append(counts)
         trials[i].append(
-            {"seed": outcome.seed, "sweep": dict(outcome.sweep), "key": outcome.key}
-            | {"status": outcome.status, "value": value}
+            {
+                "seed": outcome.seed,
+                "sweep": dict(outcome.sweep),
+                "key": outcome.key,
+                "status": outcome.status,
+                "value": value,
+            }
         )
         if per_method_points and outcome.sweep:
             sweeps[i] = dict(outcome.sweep)
