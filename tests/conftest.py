@@ -28,10 +28,41 @@ from tests.factories import (
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
+# The longest test files (real clusters and servers, many trials), longest first. Under
+# `--dist loadfile` a file runs whole on one worker; xdist would start the files with the most
+# tests first, so these, which have few, would start last and one worker would finish long after
+# the other. Started first, they leave the many short files to even the two workers out.
+LONGEST_FIRST = (
+    "test_ray.py",
+    "test_slurm.py",
+    "test_nightly_suite.py",
+    "test_lmeval.py",
+    "test_runner.py",
+    "test_sequential_run.py",
+    "test_deploy.py",
+    "test_compile.py",
+    "test_reliability.py",
+    "test_leaderboard_browser.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist hands out the files in the order of the collection (below), not by test count."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked `finish_last` run after every other test, in their order: what they wait
-    for (Slurm's one-minute time limit) elapses while the others run."""
-    items.sort(key=lambda item: item.get_closest_marker("finish_last") is not None)
+    """The files of LONGEST_FIRST first, in its order; the tests marked `finish_last` after
+    every other test, in their order: what they wait for (Slurm's one-minute time limit)
+    elapses while the others run."""
+
+    def position(item: pytest.Item) -> tuple[bool, int]:
+        name = item.path.name
+        longest = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+        return item.get_closest_marker("finish_last") is not None, longest
+
+    items.sort(key=position)
 
 
 # Factories of tests/factories.py as fixtures, for tests that take them as arguments.
