@@ -21,12 +21,14 @@ from streamlit.testing.v1 import AppTest
 from benchmarks.browser import chromium_path
 from harness.core import TrialOutcome
 from harness.ranking.findings import Finding, degenerate_pairs, findings
+from harness.ranking.suite import RankPlan, ranked_metrics
 from harness.spec import SuiteError, load_suite
 from harness.spec.declaration import declared_ranking
 from harness.spec.plan import plan_suite
-from harness.spec.schema import Claim, SeedSchedule
+from harness.spec.schema import Claim, RankSpec, SeedSchedule, TargetSpec
 from harness.store.db import make_engine, upgrade
 from harness.store.models import SuiteRun
+from harness.tasks.trivial import trivial_name
 from leaderboard.findings import RECIPE_TEXT
 from tests.factories import ROOT, fake_result, invoke, store, write_suite
 
@@ -547,3 +549,20 @@ def test_report_without_results_is_one_clear_error(tmp_path: Path) -> None:
     done = invoke("report", str(suite), "--out", str(tmp_path / "out"))
     assert done.exit_code == 2
     assert "no stored results for suite 'tiny'" in done.output and "Traceback" not in done.output
+
+
+def test_ranking_reads_its_metrics_and_the_claims_with_their_trivial_levels() -> None:
+    spec = RankSpec(tune_metric="train_loss", target=TargetSpec(metric="val_acc", value=0.5))
+    claim = Claim(method="a", metric="bits_per_byte", direction="better", source="x")
+    plain = RankPlan("s", [], "base", spec)
+    assert ranked_metrics(plain, spec) == {"val_loss", "train_loss", "val_acc"}
+    claimed = replace(plain, claims=(claim,))
+    assert ranked_metrics(claimed, spec) == {
+        "val_loss",
+        "train_loss",
+        "val_acc",
+        "bits_per_byte",
+        trivial_name("bits_per_byte"),
+    }
+    sequential = replace(plain, schedule=SeedSchedule(initial=3, max=6))  # implicit claims
+    assert trivial_name("val_loss") in ranked_metrics(sequential, spec)

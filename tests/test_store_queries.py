@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,3 +103,32 @@ def test_a_suites_keys_read_in_one_scan_are_those_read_in_chunks(
     assert by_suite == stored_outcomes(engine, keys, "val_loss")
     assert [o.key for o in by_suite] == sorted(keys)
     assert [o.series != [] for o in by_suite] == [True] * 8
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_named_metrics_read_as_columns_or_in_their_own_query_equal_a_full_read(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """`metrics=`: only those final metrics, as in a read of all of them; a metric stored as
+    NULL (not finite) or never stored is absent either way, whether the metrics come as
+    columns of the trials' rows or, past `METRIC_COLUMNS`, in a query of their own."""
+    if backend == "sqlite":
+        engine = engine_at(tmp_path / "q.db")
+    else:
+        engine = make_engine(request.getfixturevalue("postgres_url"))
+        upgrade(engine)
+    rng = np.random.default_rng(3)
+    extra = {"effective_bits": 4.0, "blown": math.inf}
+    stored = [(t, fake_result("done", 1.5, rng, extra)) for t, _ in results(range(6))]
+    store_bulk(engine, stored)
+    keys = [trial.key for trial, _ in stored]
+    named = {"val_loss", "blown", "effective_bits", "never_stored"}
+    full = stored_outcomes(engine, keys, suite="q")
+    expected = [{k: v for k, v in o.metrics.items() if k in named} for o in full]
+    assert expected[0] == pytest.approx({"val_loss": 1.5, "effective_bits": 4.0})
+    as_columns = stored_outcomes(engine, keys, suite="q", metrics=named)
+    monkeypatch.setattr(queries, "METRIC_COLUMNS", 2)
+    own_query = stored_outcomes(engine, keys, suite="q", metrics=named)
+    for read in (as_columns, own_query):
+        assert [o.metrics for o in read] == expected
+        assert [o.key for o in read] == [o.key for o in full]

@@ -51,9 +51,12 @@ class EvalPoint(NamedTuple):
     value: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TrialOutcome:
-    """The final result of one trial."""
+    """The final result of one trial, as read from the store: treat it as read-only (change a
+    copy, `dataclasses.replace`). Not a frozen dataclass: a frozen one's `__init__` sets each
+    field through `object.__setattr__`, which doubled the time to build the 100,000 outcomes of
+    `benchmarks/leaderboard.py` (0.15-0.3 s of its read + rank)."""
 
     method: str
     model: str

@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -387,7 +388,7 @@ def group_rows(group: Group, rules: GroupRules) -> list[RankRow]:
             decided_by=tests.decided_by[i],  # type: ignore[arg-type]
             seeds_needed=tests.needed[i],
             sweep=group.sweeps[i],
-            trials=sorted(group.trials[i], key=lambda trial: trial["seed"]),
+            trials=sorted(group.trials[i], key=itemgetter("seed")),
             unit=group.unit,
             **(to_target[i] if to_target else {}),
         )

@@ -156,9 +156,9 @@ def _groups(
     examples: ExampleOutcomes | None,
     per_method_points: bool,
 ) -> list[Group]:
-    by_group: dict[GroupKey, list[TrialOutcome]] = {}
+    by_group: dict[tuple[str, str], list[TrialOutcome]] = {}  # (task, model): GroupKey's order
     for outcome in tuned:
-        by_group.setdefault(GroupKey(outcome.task, outcome.model), []).append(outcome)
+        by_group.setdefault((outcome.task, outcome.model), []).append(outcome)
     return [
         build_group(task, model, members, metric, hits, examples, per_method_points)
         for (task, model), members in sorted(by_group.items())

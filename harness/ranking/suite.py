@@ -30,6 +30,7 @@ from harness.store.queries import (
     suite_keys,
     task_sections,
 )
+from harness.tasks.trivial import trivial_name
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -141,14 +142,31 @@ def recorded(engine: Engine, suite: str) -> RankPlan:
     )
 
 
-def plan_outcomes(engine: Engine, plan: RankPlan, nightly: bool) -> list[TrialOutcome]:
-    """The stored finished trials of the plan (with the target metric's series if any); with
-    `nightly`, the last finished nightly run's instead when it is newer (`latest_results`)."""
-    target = plan.spec.target
-    series = target.metric if target else None
+def ranked_metrics(plan: RankPlan, spec: RankSpec) -> frozenset[str]:
+    """The final metrics that ranking the plan by `spec` and checking its claims read: the
+    ranked, tuning and target metrics, and each claim's metric with its trivial predictor's
+    level (`compared_claims`: implicit claims are on the ranked metric)."""
+    checked = {claim.metric or spec.metric for claim in plan.claims}
+    if implicit_claims(plan):
+        checked.add(spec.metric)
+    named = {spec.metric, spec.tune_metric, spec.target.metric if spec.target else None}
+    named |= checked | {trivial_name(metric) for metric in checked}
+    return frozenset(name for name in named if name is not None)
+
+
+def plan_outcomes(
+    engine: Engine, plan: RankPlan, nightly: bool, spec: RankSpec | None = None
+) -> list[TrialOutcome]:
+    """The stored finished trials of the plan, with the final metrics that ranking them by
+    `spec` (default: the plan's) reads (`ranked_metrics`) and the target metric's series if
+    any; with `nightly`, the last finished nightly run's instead when it is newer
+    (`latest_results`)."""
+    spec = spec or plan.spec
+    series = spec.target.metric if spec.target else None
+    metrics = ranked_metrics(plan, spec)
     if nightly:
-        return latest_results(engine, plan.suite, plan.keys, series)
-    return stored_outcomes(engine, plan.keys, series, suite=plan.suite)
+        return latest_results(engine, plan.suite, plan.keys, series, metrics)
+    return stored_outcomes(engine, plan.keys, series, suite=plan.suite, metrics=metrics)
 
 
 def stored_examples(engine: Engine, keys: list[str]) -> ExampleOutcomes | None:
@@ -215,7 +233,8 @@ def rank_suite(
         plan = replace(plan, keys=suite_keys(engine, plan.suite), warnings=())
     latest = overrides.nightly and overrides.current_only
     keep = overrides.keep
-    loaded = plan_outcomes(engine, plan, latest)
+    spec = overrides.spec(plan.spec)
+    loaded = plan_outcomes(engine, plan, latest, spec)
     outcomes = [o for o in loaded if keep is None or keep(o)]
     if not outcomes:
         return None
@@ -228,9 +247,7 @@ def rank_suite(
         chosen = chosen if any(o.method == chosen for o in outcomes) else None
     examples = stored_examples(engine, [o.key for o in outcomes])
     tuned_on = tuning_seeds(plan.schedule)
-    ranking = rank(
-        outcomes, overrides.spec(plan.spec), chosen, examples=examples, tuned_on=tuned_on
-    )
+    ranking = rank(outcomes, spec, chosen, examples=examples, tuned_on=tuned_on)
     found: list[Finding] = []
     notes: list[str] = []
     if not overrides.all_points and compared_claims(plan, outcomes):
@@ -254,13 +271,18 @@ def compared_claims(plan: RankPlan, outcomes: Sequence[TrialOutcome]) -> tuple[C
     """The plan's `expect` claims; under sequential seeds without claims, each method against
     the baseline (two-sided: `better` is decided either way), the comparisons that steer the
     seeds (`harness.ranking.rounds`)."""
-    if plan.claims or plan.schedule is None or plan.baseline is None:
+    if not implicit_claims(plan):
         return plan.claims
     methods = sorted({o.method for o in outcomes} - {plan.baseline})
     return tuple(
         Claim(method=m, than=plan.baseline, direction="better", source=IMPLICIT_SOURCE)
         for m in methods
     )
+
+
+def implicit_claims(plan: RankPlan) -> bool:
+    """The plan's claims are implicit: sequential seeds and a baseline, and no `expect`."""
+    return not plan.claims and plan.schedule is not None and plan.baseline is not None
 
 
 def claim_findings(

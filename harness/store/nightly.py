@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -114,27 +114,35 @@ def finished_nightly_runs(
 
 
 def run_outcomes(
-    engine: Engine, run_id: int, series_metric: str | None = None
+    engine: Engine,
+    run_id: int,
+    series_metric: str | None = None,
+    metrics: Collection[str] | None = None,
 ) -> list[TrialOutcome]:
     """The finished trials a suite run ran (`stored_outcomes`)."""
     with Session(engine) as session:
         suite = session.get_one(SuiteRun, run_id).suite
         keys = list(session.scalars(select(Trial.key).where(Trial.suite_run_id == run_id)))
-    return stored_outcomes(engine, keys, series_metric, suite=suite)
+    return stored_outcomes(engine, keys, series_metric, suite=suite, metrics=metrics)
 
 
 def latest_results(
-    engine: Engine, suite: str, keys: Sequence[str], series_metric: str | None = None
+    engine: Engine,
+    suite: str,
+    keys: Sequence[str],
+    series_metric: str | None = None,
+    metrics: Collection[str] | None = None,
 ) -> list[TrialOutcome]:
     """The suite's latest results: its last finished nightly run's trials when that run ended
-    after the newest of the planned trials `keys` stored by `layerbench run`, else those."""
+    after the newest of the planned trials `keys` stored by `layerbench run`, else those
+    (`stored_outcomes`: `metrics` names the final metrics to read, None: all)."""
     latest = finished_nightly_runs(engine, suite)
     if latest:
         ended = _aware(latest[-1].ended_at or latest[-1].started_at)
         newest = newest_end(engine, keys)
         if newest is None or ended > _aware(newest):
-            return run_outcomes(engine, latest[-1].id, series_metric)
-    return stored_outcomes(engine, keys, series_metric, suite=suite)
+            return run_outcomes(engine, latest[-1].id, series_metric, metrics)
+    return stored_outcomes(engine, keys, series_metric, suite=suite, metrics=metrics)
 
 
 def newest_end(engine: Engine, keys: Sequence[str]) -> datetime | None:

@@ -5,12 +5,23 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import ClauseElement, ColumnElement, Connection, Engine, Text, cast, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import (
+    ClauseElement,
+    ColumnElement,
+    Connection,
+    Engine,
+    Select,
+    Text,
+    and_,
+    cast,
+    func,
+    select,
+)
+from sqlalchemy.orm import Session, aliased
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from harness.core import EvalPoint, Status, TrialOutcome
@@ -77,31 +88,38 @@ def stored_outcomes(
     keys: Iterable[str],
     series_metric: str | None = None,
     suite: str | None = None,
+    metrics: Collection[str] | None = None,
 ) -> list[TrialOutcome]:
-    """Finished trials with their final metrics, as the ranking reads them; with
-    `series_metric`, also that metric's series as `EvalPoint`s by step. `suite`: the suite the
-    keys belong to (a trial key hashes its suite's name), which lets many keys be read in one
-    scan of the suite's trials (`_selections`).
+    """Finished trials with their final metrics (only those named in `metrics` if given), as
+    the ranking reads them; with `series_metric`, also that metric's series as `EvalPoint`s by
+    step. `suite`: the suite the keys belong to (a trial key hashes its suite's name), which
+    lets many keys be read in one scan of the suite's trials (`_selections`).
 
     Only the columns ranking needs are read (not configs or environments), as Core rows (no ORM
     objects), so a leaderboard of 100,000 trials loads quickly: rows are fetched all at once and
-    unpacked, and each distinct sweep's JSON text is decoded once (`Sweeps`). Sorted by key: the
-    same trials come in the same order, however and whenever they were stored."""
+    unpacked, a few named metrics come as columns of the trials' rows (`_outcome_query`), and
+    each distinct sweep's JSON text is decoded once (`Sweeps`). Sorted by key: the same trials
+    come in the same order, however and whenever they were stored."""
     wanted = set(keys)
+    names = sorted(metrics) if metrics is not None else None
+    columns = names if names is not None and len(names) <= METRIC_COLUMNS else None
     trials: list[tuple[Any, ...]] = []
-    metrics: dict[int, dict[str, float]] = defaultdict(dict)
+    finals: dict[int, dict[str, float]] = defaultdict(dict)
     series: dict[int, list[EvalPoint]] = {}
     with engine.connect() as connection:
         for selection in _selections(wanted, suite):
+            query = _outcome_query(columns or []).where(selection)
             # the status is tested here, not in SQL: with both, SQLite may scan the status index
-            rows = driver_rows(connection, select(*OUTCOME_COLUMNS).where(selection))
+            rows = driver_rows(connection, query)
             trials += [t for t in rows if t[5] in FINAL and t[7] in wanted]  # status, key
-            results = select(Result.trial_id, Result.name, Result.value).join(Trial)
-            for trial_id, name, value in driver_rows(connection, results.where(selection)):
-                if value is not None:
-                    metrics[trial_id][name] = value
+            if columns is None:
+                finals |= _final_metrics(connection, selection, names)
             if series_metric:
                 series |= metric_series(connection, selection, series_metric)
+    if columns:
+        width = len(OUTCOME_COLUMNS)
+        for t in trials:  # the metrics' columns follow the outcome columns; id first
+            finals[t[0]] = _stored(columns, t[width:])
     trials.sort(key=itemgetter(7))  # by key: the same trials, the same order
     sweeps = Sweeps()
     return [
@@ -111,14 +129,53 @@ def stored_outcomes(
             task=task,
             seed=seed,
             status=FINAL[status],
-            metrics=metrics[trial_id],
+            metrics=finals[trial_id],
             sweep=sweeps.decoded(sweep),
             key=key,
-            series=series.get(trial_id, []),
+            series=series.get(trial_id, ()),
             wall_time_s=wall_time_s,
         )
-        for trial_id, method, model, task, seed, status, sweep, key, wall_time_s in trials
+        for trial_id, method, model, task, seed, status, sweep, key, wall_time_s, *_ in trials
     ]
+
+
+METRIC_COLUMNS = 16
+"""At most this many named final metrics are read as columns of the trials' rows (one outer
+join each; SQLite joins at most 64 tables), more in a query of their own."""
+
+
+def _outcome_query(names: list[str]) -> Select[*tuple[Any, ...]]:
+    """The trials' `OUTCOME_COLUMNS` and a column per final metric of `names` (NULL where a
+    trial stored none or a non-finite value): one row per trial, without a row per metric to
+    fetch and regroup."""
+    finals = [aliased(Result) for _ in names]
+    query = select(*OUTCOME_COLUMNS, *(final.value for final in finals))
+    for name, final in zip(names, finals, strict=True):
+        query = query.outerjoin(final, and_(final.trial_id == Trial.id, final.name == name))
+    return query
+
+
+def _stored(names: list[str], values: tuple[Any, ...]) -> dict[str, float]:
+    """The metrics `names` that have a value of `values` (NULL: the trial stored none, or a
+    non-finite value)."""
+    if None in values:
+        return {name: value for name, value in zip(names, values, strict=True) if value is not None}
+    return dict(zip(names, values, strict=True))
+
+
+def _final_metrics(
+    connection: Connection, trials: ColumnElement[bool], names: list[str] | None
+) -> dict[int, dict[str, float]]:
+    """Trial id -> final metric -> value of the trials `trials` (a condition on `Trial`), of the
+    metrics `names` (None: all); values stored as NULL (not finite) are left out."""
+    query = select(Result.trial_id, Result.name, Result.value).join(Trial).where(trials)
+    if names is not None:
+        query = query.where(Result.name.in_(names))
+    finals: dict[int, dict[str, float]] = defaultdict(dict)
+    for trial_id, name, value in driver_rows(connection, query):
+        if value is not None:
+            finals[trial_id][name] = value
+    return finals
 
 
 def driver_rows(connection: Connection, query: ClauseElement) -> list[tuple[Any, ...]]:
