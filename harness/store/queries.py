@@ -116,10 +116,6 @@ def stored_outcomes(
                 finals |= _final_metrics(connection, selection, names)
             if series_metric:
                 series |= metric_series(connection, selection, series_metric)
-    if columns:
-        width = len(OUTCOME_COLUMNS)
-        for t in trials:  # the metrics' columns follow the outcome columns; id first
-            finals[t[0]] = _stored(columns, t[width:])
     trials.sort(key=itemgetter(7))  # by key: the same trials, the same order
     sweeps = Sweeps()
     return [
@@ -129,13 +125,13 @@ def stored_outcomes(
             task=task,
             seed=seed,
             status=FINAL[status],
-            metrics=finals[trial_id],
+            metrics=finals[trial_id] if columns is None else _stored(columns, named),
             sweep=sweeps.decoded(sweep),
             key=key,
             series=series.get(trial_id, ()),
             wall_time_s=wall_time_s,
         )
-        for trial_id, method, model, task, seed, status, sweep, key, wall_time_s, *_ in trials
+        for trial_id, method, model, task, seed, status, sweep, key, wall_time_s, *named in trials
     ]
 
 
@@ -155,7 +151,7 @@ def _outcome_query(names: list[str]) -> Select[*tuple[Any, ...]]:
     return query
 
 
-def _stored(names: list[str], values: tuple[Any, ...]) -> dict[str, float]:
+def _stored(names: list[str], values: list[Any]) -> dict[str, float]:
     """The metrics `names` that have a value of `values` (NULL: the trial stored none, or a
     non-finite value)."""
     if None in values:
