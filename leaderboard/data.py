@@ -99,6 +99,9 @@ def suite_runs(engine: Engine, suite: str) -> list[RunInfo]:
         ]
 
 
+PARETO_AXES = ("effective_bits", "model_bytes", "layers_removed")
+"""Final metrics of a compressed model that the Pareto plots put against the ranked metric."""
+
 ALERT_COLUMNS = [
     Alert.id,
     Alert.suite_run_id,

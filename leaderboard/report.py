@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 LAYER_STATS = ("grad_norm", "hidden_rms")
-PARETO_AXES = ("effective_bits", "model_bytes", "layers_removed")
 FIGURES = "figures"
 WIDTH = 900
 HEIGHT = 450
@@ -141,7 +140,7 @@ def pareto_figures(
 ) -> list[Figure]:
     """The compression metric of each method (mean over its finished seeds) vs the ranked mean."""
     done = {t["key"]: row.method for row in rows for t in row.trials if t["status"] == Status.DONE}
-    finals = data.final_values(engine, list(done), PARETO_AXES)
+    finals = data.final_values(engine, list(done), data.PARETO_AXES)
     if finals.empty:
         return []
     means = finals.assign(method=finals["key"].map(done)).groupby(["name", "method"])["value"]

@@ -14,7 +14,6 @@ from leaderboard.state import Context, board, current
 from leaderboard.text import plain
 
 # Final metrics of compression methods, each plotted against the ranked metric when stored.
-PARETO_AXES = ("effective_bits", "model_bytes", "layers_removed")
 DEFAULT_METHODS = 5
 
 
@@ -83,10 +82,10 @@ def heatmaps(context: Context, method_of: dict[str, str], methods: list[str]) ->
 def pareto(
     context: Context, ranking: Ranking, rows: list[RankRow], trials: list[TrialOutcome]
 ) -> None:
-    axes = [name for name in PARETO_AXES if name in context.suite.metrics]
+    axes = [name for name in data.PARETO_AXES if name in context.suite.metrics]
     if not axes:
         st.info(
-            "Pareto plots need a final metric among " + ", ".join(PARETO_AXES) + " (reported "
+            "Pareto plots need a final metric among " + ", ".join(data.PARETO_AXES) + " (reported "
             "by pruning and quantization methods); these trials have none."
         )
         return
