@@ -228,9 +228,20 @@ def test_missing_smollm2_names_the_install_command(
 def test_smollm2_is_converted_once_to_safetensors(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import gguf
+
+    parsed: list[str] = []
+
+    class CountingReader(gguf.GGUFReader):
+        def __init__(self, path: str, *args: Any) -> None:
+            parsed.append(str(path))
+            super().__init__(path, *args)
+
+    monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
     monkeypatch.setenv("LAYERBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
     first = load_pretrained(PretrainedSpec(source="smollm2-135m"))
     again = load_pretrained(PretrainedSpec(source="smollm2-135m"))
+    assert len(parsed) == 1  # config, tokenizer and weights from one parse of the file
     assert first.model.config.num_hidden_layers == 30
     assert again.load_time_s < first.load_time_s / 5
     ids = first.tokenizer("To be, or not to be", return_tensors="pt").input_ids

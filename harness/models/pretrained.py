@@ -7,13 +7,16 @@ A GGUF model is dequantized once and cached as safetensors under the LayerBench 
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from unittest import mock
 
 import torch
 from filelock import FileLock
@@ -36,13 +39,32 @@ def converted_dir(name: str) -> Path:
     return cache_dir() / "models" / name
 
 
+@contextmanager
+def gguf_parsed_once() -> Iterator[None]:
+    """Within this block gguf parses a file once and builds a tensor-name map once.
+
+    transformers' GGUF loading parses the file three times for one model (for its config, its
+    tokenizer and its weights: 6-7 s each for SmolLM2, whose 49,152-token vocabulary gguf's
+    reader reads field by field) and builds gguf's tensor-name map anew for each of the
+    model's 397 modules (10 s). It imports both names from `gguf` where it calls them, so
+    cached versions in their place serve the three loads; both results are only read."""
+    import gguf
+
+    with (
+        mock.patch.object(gguf, "GGUFReader", functools.cache(gguf.GGUFReader)),
+        mock.patch.object(gguf, "get_tensor_name_map", functools.cache(gguf.get_tensor_name_map)),
+    ):
+        yield
+
+
 def gguf_to_safetensors(folder: Path, gguf_file: str, target: Path) -> None:
     """Dequantize a GGUF model and save it as safetensors in `target` (reloads in about a
     second)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
-    dequantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file)
+    with gguf_parsed_once():
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+        dequantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file)
     config = dequantized.config
     del config.quantization_config
     model = AutoModelForCausalLM.from_config(config)
