@@ -7,21 +7,17 @@ import uuid
 from collections.abc import Callable, Iterator
 from multiprocessing import forkserver
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from click.testing import Result
-from sqlalchemy import create_engine, text
-from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from tests.factories import (
-    PG_ADMIN_URL,
-    ROOT,
-    byte_bpe_tokenizer,
-    invoke,
-    scipy_percentile_ci,
-    tiny_llama,
-    write_suite,
-)
+if TYPE_CHECKING:
+    from click.testing import Result
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+# The factories (torch, transformers, the CLI: seconds of imports) are imported by the fixtures
+# that hand them out, in the workers that run tests: xdist's controller process loads this file
+# too, and runs no test.
 
 # Ray (tests/test_ray.py, the ray-head service in tests/test_deploy.py) advertises the machine's
 # address even when told 127.0.0.1; this Ray knob keeps every Ray of the tests on the loopback.
@@ -71,41 +67,55 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(name="write_suite", scope="session")
 def write_suite_fixture() -> Callable[..., Path]:
     """`write_suite(directory, methods, steps=20, eval_every=10, extra="")`."""
+    from tests.factories import write_suite
+
     return write_suite
 
 
 @pytest.fixture(name="invoke", scope="session")
 def invoke_fixture() -> Callable[..., Result]:
     """`invoke(*args)`: `layerbench ARGS` in this process (the tests' one CLI runner)."""
+    from tests.factories import invoke
+
     return invoke
 
 
 @pytest.fixture(name="tiny_llama", scope="session")
 def tiny_llama_fixture() -> Callable[[int, int], LlamaForCausalLM]:
     """`tiny_llama(vocab_size, n_layers)`."""
+    from tests.factories import tiny_llama
+
     return tiny_llama
 
 
 @pytest.fixture(name="byte_bpe_tokenizer", scope="session")
 def byte_bpe_tokenizer_fixture() -> Callable[..., PreTrainedTokenizerFast]:
     """`byte_bpe_tokenizer(texts, vocab_size=400)`."""
+    from tests.factories import byte_bpe_tokenizer
+
     return byte_bpe_tokenizer
 
 
 @pytest.fixture(name="scipy_percentile_ci", scope="session")
 def scipy_percentile_ci_fixture() -> Callable[[list[float]], tuple[float, float]]:
     """`scipy_percentile_ci(values)`: the reference bootstrap CI."""
+    from tests.factories import scipy_percentile_ci
+
     return scipy_percentile_ci
 
 
 @pytest.fixture
 def tiny_suite(tmp_path: Path) -> Path:
+    from tests.factories import write_suite
+
     return write_suite(tmp_path, "pre-ln: {}\npost-ln: {norm: {placement: post}}")
 
 
 @pytest.fixture(autouse=True)
 def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test has its own default database and MLflow store, and runs offline."""
+    from tests.factories import ROOT
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LAYERBENCH_DB", f"sqlite:///{tmp_path / 'layerbench.db'}")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -129,6 +139,10 @@ def fresh_server() -> Iterator[None]:
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A fresh database on the local PostgreSQL server, dropped afterwards."""
+    from sqlalchemy import create_engine, text
+
+    from tests.factories import PG_ADMIN_URL
+
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     name = f"layerbench_{uuid.uuid4().hex[:10]}"
     try:
