@@ -53,16 +53,10 @@ def store(engine: Engine, planned: PlannedTrial, result: TrialResult) -> None:
 @pytest.fixture
 def planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[PlannedTrial]:
     """The trials of a tiny pretrained Llama on a perplexity and a BIG-bench lm-eval task."""
-    import lm_eval.tasks
 
     monkeypatch.setenv("LAYERBENCH_CACHE", str(tmp_path / "cache"))
     bigbench.task_file("hyperbaton").parent.mkdir(parents=True)
     bigbench.task_file("hyperbaton").write_text(json.dumps({"examples": EXAMPLES}))
-    # Only LayerBench's task folder is indexed (lm-eval's own thousands of YAMLs take seconds).
-    manager = lm_eval.tasks.TaskManager
-    monkeypatch.setattr(
-        lm_eval.tasks, "TaskManager", lambda **kw: manager(include_defaults=False, **kw)
-    )
     tokenizer = byte_bpe_tokenizer(["To be, or not to be, that is the question."] * 20, 300)
     tiny_llama(len(tokenizer), n_layers=2).save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")

@@ -29,6 +29,7 @@ from harness.tasks.lmeval import (
     PerplexityTask,
     PerplexityTaskSpec,
     lm_eval_metrics,
+    task_manager,
 )
 
 pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
@@ -79,7 +80,6 @@ def test_harness_metrics_equal_lm_eval_called_directly(
     direct = simple_evaluate(
         model=HFLM(pretrained=llama, tokenizer=tokenizer, batch_size=4, device="cpu"),
         tasks=["lb_bigbench_hyperbaton"],
-        # the harness's own TaskManager indexes lm-eval's tasks too; the reference needs only ours
         task_manager=TaskManager(
             include_path=str(Path(__file__).parents[1] / "suites" / "tasks"),
             include_defaults=False,
@@ -103,6 +103,14 @@ def test_harness_metrics_equal_lm_eval_called_directly(
     gold = evaluation.examples["gold_loglikelihood"]
     assert len(gold) == 10 and all(value < 0 for value in gold.values())
     assert not any(name.startswith("val_") for name in ours)  # BIG-bench has one split
+
+
+def test_a_local_task_is_found_without_indexing_lm_evals_own_tasks() -> None:
+    from harness.tasks.catalog import LOCAL_TASKS
+
+    manager = task_manager("lb_bigbench_hyperbaton", LOCAL_TASKS)
+    assert "lb_bigbench_hyperbaton" in manager.all_tasks
+    assert set(manager.all_tasks) == {path.stem for path in LOCAL_TASKS.glob("lb_*.yaml")}
 
 
 def test_bigbench_rows_follow_the_json_task_format(bigbench_cache: Path) -> None:
@@ -316,13 +324,7 @@ def test_a_task_with_validation_and_test_splits_reports_both(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The test split keeps lm-eval's names (reporting); the validation split is `val_*`."""
-    import lm_eval.tasks
 
-    # Only this test's task folder is indexed (lm-eval's own thousands of YAMLs take seconds).
-    manager = lm_eval.tasks.TaskManager
-    monkeypatch.setattr(
-        lm_eval.tasks, "TaskManager", lambda **kw: manager(include_defaults=False, **kw)
-    )
     sizes = {"validation": 5, "test": 7}
     for split, n in sizes.items():
         rows = [
