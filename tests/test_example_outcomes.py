@@ -53,7 +53,6 @@ def store(engine: Engine, planned: PlannedTrial, result: TrialResult) -> None:
 @pytest.fixture
 def planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[PlannedTrial]:
     """The trials of a tiny pretrained Llama on a perplexity and a BIG-bench lm-eval task."""
-
     monkeypatch.setenv("LAYERBENCH_CACHE", str(tmp_path / "cache"))
     bigbench.task_file("hyperbaton").parent.mkdir(parents=True)
     bigbench.task_file("hyperbaton").write_text(json.dumps({"examples": EXAMPLES}))

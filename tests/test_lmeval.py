@@ -321,10 +321,8 @@ def test_a_task_with_validation_and_test_splits_reports_both(
     llama: LlamaForCausalLM,
     tokenizer: PreTrainedTokenizerFast,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The test split keeps lm-eval's names (reporting); the validation split is `val_*`."""
-
     sizes = {"validation": 5, "test": 7}
     for split, n in sizes.items():
         rows = [
