@@ -1,5 +1,5 @@
 """`python -m harness` is the `layerbench` command."""
 
-from harness.cli import app
+from harness.cli import main
 
-app(prog_name="layerbench")
+main()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.factories import ROOT, write_suite
+from tests.factories import ROOT, run_process, write_suite
 
 HEAVY = ("torch", "transformers", "mlflow")
 
@@ -110,3 +110,19 @@ def test_a_trial_of_the_built_in_gpt_imports_no_transformers_model_stack(tmp_pat
     suite = write_suite(tmp_path, "pre-ln: {}", steps=2, eval_every=1)
     report = probe(tmp_path, TRIAL_PROBE, str(suite))
     assert report == {"status": "done", "stack": []}
+
+
+def test_the_command_ends_with_its_status_its_whole_output_and_its_database_closed(
+    tmp_path: Path,
+) -> None:
+    """`layerbench` ends without freeing its objects (`harness.cli.main`): the exit status is
+    the command's, everything it printed arrives, and SQLite's write-ahead log is checkpointed
+    and removed, as at a normal exit."""
+    db = f"sqlite:///{tmp_path / 'exit.db'}"
+    planned = run_process("plan", str(ROOT / "suites" / "quickstart.yaml"), "--db", db)
+    assert planned.returncode == 0, planned.stderr
+    assert planned.stdout.count("pending") == 7 and planned.stdout.endswith("6 trials: 6 pending\n")
+    assert not list(tmp_path.glob("exit.db-*"))  # no -wal or -shm left beside it
+    missing = run_process("run", str(tmp_path / "missing.yaml"), "--db", db)
+    assert missing.returncode == 2
+    assert "cannot read the suite" in missing.stderr

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import platform
 import socket
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -57,14 +59,31 @@ def now() -> datetime:
 
 
 def make_engine(url: str, read_only: bool = False) -> Engine:
-    """An engine; SQLite gets WAL, a busy timeout and foreign keys."""
+    """An engine; SQLite gets WAL, a busy timeout and foreign keys. Its connections are closed
+    at exit (`closed_at_exit`)."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 60})
         event.listen(engine, "connect", _sqlite_pragmas(read_only))
-        return engine
-    options = "-c default_transaction_read_only=on" if read_only else None
-    connect_args = {"options": options} if options else {}
-    return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+    else:
+        options = "-c default_transaction_read_only=on" if read_only else None
+        connect_args = {"options": options} if options else {}
+        engine = create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+    return closed_at_exit(engine)
+
+
+def closed_at_exit(engine: Engine) -> Engine:
+    """Close the engine's pooled connections when the process exits, if it is still in use:
+    SQLite then checkpoints its write-ahead log into the database file and removes it, even
+    where the command ends without freeing its objects (`harness.cli.main`)."""
+    reference = weakref.ref(engine)
+
+    def dispose() -> None:
+        alive = reference()
+        if alive is not None:
+            alive.dispose()
+
+    atexit.register(dispose)
+    return engine
 
 
 def _sqlite_pragmas(read_only: bool) -> Callable[[Any, Any], None]:
