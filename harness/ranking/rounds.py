@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from harness.core import CellKey, TrialOutcome, cell_of, point_label
 from harness.ranking.findings import Finding
 from harness.ranking.outcomes import select_tuned
-from harness.ranking.suite import RankPlan, claim_findings, plan_of
+from harness.ranking.suite import RankPlan, claim_findings, plan_of, ranked_metrics
 from harness.records import PlannedTrial
 from harness.registry import METRICS
 from harness.spec.schema import RankSpec, SeedSchedule, Suite
@@ -166,12 +166,14 @@ class SequentialSeeds:
         from harness.store.queries import stored_outcomes
 
         keys = [t.key for t in round.planned]
-        outcomes = stored_outcomes(round.store, keys, suite=self.suite.suite)
+        plan = plan_of(self.suite, keys)
+        metrics = ranked_metrics(plan, plan.spec)  # what the look ranks and checks, no more
+        outcomes = stored_outcomes(round.store, keys, suite=self.suite.suite, metrics=metrics)
         first = initial_trials(self.schedule, round.planned)
         stored = {o.key for o in outcomes}
         if round.number == 0 and any(t.key not in stored for t in first):
             return first
-        found = look(plan_of(self.suite, keys), self.schedule, outcomes)
+        found = look(plan, self.schedule, outcomes)
         self.looks += 1
         self.show("\n".join(found.lines(self.looks)))
         return [t for t in wanted_trials(found, round.planned) if t.key not in round.results]
