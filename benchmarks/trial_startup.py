@@ -21,8 +21,8 @@ smaller and then the larger number of seeds in `--marginal`, alternating, `repea
 difference of the median wall times divided by the difference of the trial counts is what one
 more trial costs inside a suite. With `--backends local,ray` the same for each backend: on Ray
 (a local instance with 1 CPU, started here as the tests start theirs, so one trial at a time)
-every trial is a task in a new worker (`max_calls=1`), so its marginal cost is a Ray worker's
-start-up.
+the worker that runs the first trial starts a warm fork server, and each later trial is forked
+from it, so the marginal cost is a forked trial's, as on the local backend.
 
 Scaling: the quickstart model trained for 20 steps, `trials` trials (seeds), run by `layerbench run`
 with 1 and then 2 workers into fresh SQLite databases; trials per hour from the suite's wall time.

@@ -1,6 +1,6 @@
-"""The Ray backend on a local Ray instance: same numbers as the local backend, a killed worker
-is retried then `failed` and a rerun completes it, and a Ray and a local driver on one
-PostgreSQL database never run a trial twice."""
+"""The Ray backend on a local Ray instance: same numbers as the local backend, a killed trial
+process and a killed worker are each retried, then `failed`, and a rerun completes the trial,
+and a Ray and a local driver on one PostgreSQL database never run a trial twice."""
 
 from __future__ import annotations
 
@@ -124,9 +124,25 @@ def wait_for_new_pid(
     raise AssertionError(f"no trial worker started in time; seen {sorted(seen)}")
 
 
-def test_killed_worker_is_retried_then_failed_and_a_rerun_completes_it(
+def parent_of(pid: int) -> int:
+    """A process's parent (/proc/PID/stat's fourth field)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def wait_gone(pid: int, timeout_s: float = 30) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not Path(f"/proc/{pid}").exists()
+
+
+def test_a_killed_trial_and_a_killed_worker_are_retried_then_failed_and_a_rerun_completes_it(
     ray_cluster: tuple[str, Path], tmp_path: Path
 ) -> None:
+    """A worker forks each trial from its fork server (trial -> server -> worker): the first
+    attempt's trial process is killed (`TrialProcessDied`, retried), then the retry's worker
+    (Ray's own retry, none left), whose trial must not outlive it."""
     address, pids = ray_cluster
     suite = suite_file(
         tmp_path,
@@ -143,15 +159,20 @@ def test_killed_worker_is_retried_then_failed_and_a_rerun_completes_it(
     seen = {p.name for p in pids.iterdir()}
     with log.open("w") as sink:
         driver = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
-    for _ in range(2):  # the first attempt and Ray's one retry (--ray-max-retries 1)
-        os.kill(wait_for_new_pid(pids, seen, driver, log), signal.SIGKILL)
+    os.kill(wait_for_new_pid(pids, seen, driver, log), signal.SIGKILL)  # the trial's process
+    retried = wait_for_new_pid(pids, seen, driver, log)
+    worker = parent_of(parent_of(retried))  # the Ray worker running it
+    title = Path(f"/proc/{worker}/cmdline").read_text()
+    assert title.startswith("ray::") or "default_worker" in title, title
+    os.kill(worker, signal.SIGKILL)
+    assert wait_gone(retried), "the trial outlived its worker"
     hold.unlink()
     assert driver.wait(timeout=300) == 1, log.read_text()
     stored = {t.method: t for t in trials_by_key(db).values()}
     assert stored["pre-ln"].status == "done" and stored["pre-ln"].attempts == 1
     watched = stored["watched"]
     assert watched.status == "failed" and watched.attempts == 2
-    assert "ray: " in watched.error and "died" in watched.error.lower(), watched.error
+    assert watched.error.startswith("ray: ") and "died" in watched.error.lower(), watched.error
 
     rerun = run_process(*run, "--ray-address", address, "--retry-failed")
     assert rerun.returncode == 0, rerun.stderr

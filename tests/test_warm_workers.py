@@ -5,6 +5,7 @@ gives it however many trials run beside it."""
 from __future__ import annotations
 
 import gc
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from harness.runner import warm
-from harness.runner.local import context, run_local
+from harness.runner.local import context, forked_trial, run_local
 from harness.runner.trial import run_trial, train_task
 from harness.runner.warm import warm_spec
 from harness.spec import load_suite
@@ -88,3 +89,22 @@ def test_a_server_without_the_model_stack_is_replaced_for_a_suite_that_uses_it(
     assert second not in (None, first)
     warm.start_server(trained)
     assert warm._server_pid() == second  # the stack is more than these trials need
+
+
+def test_a_forked_trial_gets_the_environment_it_is_given_before_the_trial_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ray task's trial is forked from a server that started with an earlier task's
+    environment: `forked_trial` sets (or removes) what the task hands it, e.g. its GPUs."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the server's, from the worker's first task
+    monkeypatch.setenv("LAYERBENCH_PROBE", "stale")
+    seen: dict[str, str | None] = {}
+
+    def probe(conn: object, config: dict[str, object]) -> None:
+        seen.update(
+            {name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "LAYERBENCH_PROBE")}
+        )
+
+    monkeypatch.setattr("harness.runner.trial.trial_process", probe)
+    forked_trial(None, {}, {"CUDA_VISIBLE_DEVICES": "3", "LAYERBENCH_PROBE": None})  # type: ignore[arg-type]
+    assert seen == {"CUDA_VISIBLE_DEVICES": "3", "LAYERBENCH_PROBE": None}

@@ -138,13 +138,19 @@ def renew_leases(leases: Iterable[Lease], ledger: Ledger) -> None:
 
 
 def run_in_worker(config: dict[str, Any]) -> TrialResult:
-    """A trial in a cluster worker's fresh process (a Ray task, a Slurm job): third-party output
-    quieted, and `cuda:N` read as `cuda`, since the scheduler shows the worker only the GPUs it
-    was given (`run_trial` sets the trial's threads, as on every backend)."""
+    """A trial in a cluster worker's fresh process (a Slurm job): third-party output quieted,
+    the device as `worker_config` reads it (`run_trial` sets the trial's threads, as on every
+    backend)."""
     os.environ.setdefault("TQDM_DISABLE", "1")
     from harness.runner.trial import quiet_libraries, run_trial
 
-    if config["device"].startswith("cuda:"):
-        config = {**config, "device": "cuda"}
     quiet_libraries()
-    return run_trial(config)
+    return run_trial(worker_config(config))
+
+
+def worker_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config a cluster worker runs: `cuda:N` read as `cuda`, since the scheduler shows the
+    worker only the GPUs it was given."""
+    if config["device"].startswith("cuda:"):
+        return {**config, "device": "cuda"}
+    return config

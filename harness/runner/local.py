@@ -9,10 +9,13 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 import time
+import types
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -29,8 +32,13 @@ from harness.runner.backend import (
     claim_next,
     record,
     renew_leases,
+    worker_config,
 )
 from harness.runner.warm import start_server
+
+
+class TrialProcessDied(RuntimeError):
+    """A trial's process ended without sending a result (killed, out of memory, crashed)."""
 
 
 @dataclass(kw_only=True)
@@ -121,13 +129,63 @@ def run_local(
     return results
 
 
-def forked_trial(conn: Connection, config: dict[str, Any]) -> None:
+def forked_trial(
+    conn: Connection, config: dict[str, Any], environment: Mapping[str, str | None] | None = None
+) -> None:
     """A trial process's target: `trial_process`, imported in the child (the fork server has
     it loaded), so that the runner itself never imports torch: that would take seconds of CPU
-    just as the first trials start."""
+    just as the first trials start. `environment` sets (None: removes) variables the fork
+    server's own environment may hold otherwise, before anything reads them."""
+    for name, value in (environment or {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     from harness.runner.trial import trial_process
 
     trial_process(conn, config)
+
+
+def run_forked(trial: PlannedTrial, environment: Mapping[str, str | None]) -> TrialResult:
+    """One trial in its own process, forked from this process's warm fork server (started for
+    it if there is none yet), waited for here: what a Ray worker runs for each of its tasks, so
+    that only its first trial pays for the imports. Raises `TrialProcessDied` when the trial's
+    process ends without a result; the trial dies with the server, and the server with this
+    process."""
+    ctx = context()
+    start_server([trial])
+    receiver, sender = ctx.Pipe(duplex=False)
+    args = (sender, worker_config(trial.config), environment)
+    process = ctx.Process(target=forked_trial, args=args)
+    with main_module_hidden():
+        process.start()
+    sender.close()
+    try:
+        while True:
+            try:
+                message = receiver.recv()
+            except (EOFError, OSError):
+                process.join(timeout=5)
+                raise TrialProcessDied(death_message(process.exitcode)) from None
+            if message[0] == "result":
+                result: TrialResult = message[1]
+                return result
+    finally:
+        receiver.close()
+        process.join(timeout=10)
+
+
+@contextmanager
+def main_module_hidden() -> Iterator[None]:
+    """multiprocessing's children import the parent's `__main__` again when it was run as a
+    file; a Ray worker's is Ray's `default_worker.py`, which a trial must not import (Ray itself,
+    in every trial). Its children see a `__main__` with no file."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def receive(conn: Connection, running: Running, progress: Progress) -> TrialResult | None:

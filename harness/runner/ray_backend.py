@@ -1,10 +1,12 @@
 """The Ray backend: each trial a Ray task on a cluster; this driver alone writes the results.
 
 Trials are claimed through the same ledger as the local backend and stored by the same code
-(`claim_next`, `record`), so SQL and MLflow see no difference. Each task runs in a fresh worker
-(`max_calls=1`). Ray retries a task whose worker or node died (`max_retries`), each start counted
-as an attempt in SQL; an exception in the task is not retried (`retry_exceptions=False`) and
-ends the trial `failed` with Ray's error, as does a crash after the last retry.
+(`claim_next`, `record`), so SQL and MLflow see no difference. A worker runs each of its tasks'
+trials in a process of its own, forked from a warm fork server that the worker starts for its
+first trial (the local backend's, `run_forked`): later trials in that worker skip the imports.
+Ray retries a task whose trial process died (`TrialProcessDied`) or whose worker or node died
+(`max_retries`), each start counted as an attempt in SQL; any other exception in the task is not
+retried and ends the trial `failed` with Ray's error, as does a death after the last retry.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from harness.runner.backend import (
     claim_next,
     record,
     renew_leases,
-    run_in_worker,
 )
 from harness.spec.schema import ResourcesSpec
 
@@ -46,6 +47,7 @@ POLL_S = 1.0
 WORKER_NICENESS = "0"
 NICENESS_VARIABLE = "RAY_worker_niceness"  # Ray's config names are case-sensitive
 TIMEOUT_ERROR = "killed: no result within the time limit plus grace"
+GPU_VARIABLE = "CUDA_VISIBLE_DEVICES"  # set by Ray for each task in its worker
 
 
 class RayUnavailableError(RuntimeError):
@@ -91,12 +93,16 @@ def trial_resources(
     return cpus, gpus
 
 
-def ray_trial(key: str, config: dict[str, Any], starts: Queue) -> TrialResult:
-    """A Ray task: announce this attempt, then run the trial in this (fresh) worker."""
+def ray_trial(trial: PlannedTrial, starts: Queue) -> TrialResult:
+    """A Ray task: announce this attempt, then run the trial forked from this worker's warm fork
+    server, with the GPUs Ray gave this task (a reused worker's server started with its first
+    task's)."""
     import socket
 
-    starts.put((key, os.getpid(), socket.gethostname()))
-    return run_in_worker(config)
+    from harness.runner.local import run_forked
+
+    starts.put((trial.key, os.getpid(), socket.gethostname()))
+    return run_forked(trial, {GPU_VARIABLE: os.environ.get(GPU_VARIABLE)})
 
 
 def ray_executor(
@@ -151,11 +157,13 @@ def drive(
     """Claim, submit, collect: at most as many trials in flight as the cluster has CPUs."""
     from ray.util.queue import Queue
 
+    from harness.runner.local import TrialProcessDied
+
     progress = progress or SilentProgress()
     resources = resources or ResourcesSpec()
     cluster = ray.cluster_resources()
     slots = max(1, int(cluster.get("CPU", 1)))  # claim no more than the cluster can start
-    task = ray.remote(max_calls=1, retry_exceptions=False)(ray_trial)
+    task = ray.remote(retry_exceptions=[TrialProcessDied])(ray_trial)
     starts = Queue(actor_options={"num_cpus": 0})
     pending = deque(trials)
     active: dict[ObjectRef[TrialResult], Submitted] = {}
@@ -170,7 +178,7 @@ def drive(
                     trial.config["device"], resources, cluster.get("GPU", 0)
                 )
                 options = {"num_cpus": cpus, "num_gpus": gpus, "max_retries": max_retries}
-                ref = task.options(**options).remote(trial.key, trial.config, starts)
+                ref = task.options(**options).remote(trial, starts)
                 active[ref] = Submitted(trial)
                 progress.started(trial)
             done, _ = ray.wait(list(active), num_returns=1, timeout=POLL_S)
@@ -185,12 +193,17 @@ def drive(
 
 
 def outcome(ray: Any, ref: ObjectRef[TrialResult]) -> TrialResult:
-    """The task's result, or `failed` with Ray's error (a crash after the last retry, a code
+    """The task's result, or `failed` with Ray's error (a death after the last retry, a code
     exception, a cancelled task)."""
+    from harness.runner.local import TrialProcessDied
+
     try:
         result: TrialResult = ray.get(ref)
         return result
     except ray.exceptions.RayError as error:
+        cause = getattr(error, "cause", None)  # a task's own exception (RayTaskError)
+        if isinstance(cause, TrialProcessDied):  # the local backend's words, no traceback
+            return TrialResult(Status.FAILED, error=f"ray: {cause}")
         return TrialResult(Status.FAILED, error=f"ray: {type(error).__name__}: {error}")
 
 
