@@ -23,6 +23,7 @@ from harness.records import PlannedTrial, TrialResult
 
 HEARTBEAT_EVERY_S = 10.0
 KILL_GRACE_S = 60.0
+TIMEOUT_ERROR = "killed: no result within the time limit plus grace"  # at the deadline
 
 
 class Ledger(Protocol):

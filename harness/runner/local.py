@@ -24,6 +24,7 @@ from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import all_modules
 from harness.runner.backend import (
+    TIMEOUT_ERROR,
     Executor,
     Lease,
     Ledger,
@@ -115,16 +116,17 @@ def run_local(
             active[receiver].start()
             progress.started(trial)
         for conn in wait(list(active), timeout=1.0):
-            result = receive(conn, active[conn], progress)
+            try:
+                result = receive(conn, active[conn], progress)
+            except TrialProcessDied as died:
+                result = TrialResult(Status.FAILED, error=str(died))
             if result is not None:
                 end(conn, active.pop(conn), result, ledger, progress, results)
         renew_leases(active.values(), ledger)
         for conn, running in list(active.items()):
             if running.overdue(time.monotonic()):
                 running.process.kill()
-                result = TrialResult(
-                    Status.TIMEOUT, error="killed: no result within the time limit plus grace"
-                )
+                result = TrialResult(Status.TIMEOUT, error=TIMEOUT_ERROR)
                 end(conn, active.pop(conn), result, ledger, progress, results)
     return results
 
@@ -160,16 +162,11 @@ def run_forked(trial: PlannedTrial, environment: Mapping[str, str | None]) -> Tr
     with main_module_hidden():
         process.start()
     sender.close()
+    running = Running(trial=trial, process=process)
     try:
-        while True:
-            try:
-                message = receiver.recv()
-            except (EOFError, OSError):
-                process.join(timeout=5)
-                raise TrialProcessDied(death_message(process.exitcode)) from None
-            if message[0] == "result":
-                result: TrialResult = message[1]
-                return result
+        while (result := receive(receiver, running, SilentProgress())) is None:
+            pass  # a step's progress: Ray tasks report when they end
+        return result
     finally:
         receiver.close()
         process.join(timeout=10)
@@ -189,12 +186,13 @@ def main_module_hidden() -> Iterator[None]:
 
 
 def receive(conn: Connection, running: Running, progress: Progress) -> TrialResult | None:
-    """Handle one message; returns the result when the trial is over."""
+    """Handle one message; returns the result when the trial is over. Raises
+    `TrialProcessDied` when its process ended without one."""
     try:
         message = conn.recv()
     except (EOFError, OSError):
         running.process.join(timeout=5)
-        return TrialResult(Status.FAILED, error=death_message(running.process.exitcode))
+        raise TrialProcessDied(death_message(running.process.exitcode)) from None
     if message[0] == "result":
         return message[1]
     _, step, total, loss = message

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 from harness.runner.backend import (
+    TIMEOUT_ERROR,
     Executor,
     Lease,
     Ledger,
@@ -32,6 +33,7 @@ from harness.runner.backend import (
     record,
     renew_leases,
 )
+from harness.runner.local import TrialProcessDied, run_forked
 from harness.spec.schema import ResourcesSpec
 
 if TYPE_CHECKING:
@@ -46,7 +48,6 @@ POLL_S = 1.0
 # starts, and of the compose nodes, run at normal priority.
 WORKER_NICENESS = "0"
 NICENESS_VARIABLE = "RAY_worker_niceness"  # Ray's config names are case-sensitive
-TIMEOUT_ERROR = "killed: no result within the time limit plus grace"
 GPU_VARIABLE = "CUDA_VISIBLE_DEVICES"  # set by Ray for each task in its worker
 
 
@@ -98,8 +99,6 @@ def ray_trial(trial: PlannedTrial, starts: Queue) -> TrialResult:
     server, with the GPUs Ray gave this task (a reused worker's server started with its first
     task's)."""
     import socket
-
-    from harness.runner.local import run_forked
 
     starts.put((trial.key, os.getpid(), socket.gethostname()))
     return run_forked(trial, {GPU_VARIABLE: os.environ.get(GPU_VARIABLE)})
@@ -157,8 +156,6 @@ def drive(
     """Claim, submit, collect: at most as many trials in flight as the cluster has CPUs."""
     from ray.util.queue import Queue
 
-    from harness.runner.local import TrialProcessDied
-
     progress = progress or SilentProgress()
     resources = resources or ResourcesSpec()
     cluster = ray.cluster_resources()
@@ -195,8 +192,6 @@ def drive(
 def outcome(ray: Any, ref: ObjectRef[TrialResult]) -> TrialResult:
     """The task's result, or `failed` with Ray's error (a death after the last retry, a code
     exception, a cancelled task)."""
-    from harness.runner.local import TrialProcessDied
-
     try:
         result: TrialResult = ray.get(ref)
         return result
