@@ -14,6 +14,7 @@ from rich.progress import (
 
 from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
+from harness.utils import end_startup
 
 console = Console()
 errors = Console(stderr=True)
@@ -35,6 +36,7 @@ class RichProgress:
         self.steps: dict[str, TaskID] = {}
 
     def __enter__(self) -> RichProgress:
+        end_startup()  # the trials start: the command's imports are over (`harness.cli.main`)
         self.bars.start()
         return self
 

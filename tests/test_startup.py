@@ -126,3 +126,24 @@ def test_the_command_ends_with_its_status_its_whole_output_and_its_database_clos
     missing = run_process("run", str(tmp_path / "missing.yaml"), "--db", db)
     assert missing.returncode == 2
     assert "cannot read the suite" in missing.stderr
+
+
+STARTUP_PROBE = """
+import gc, json
+from harness.utils import startup
+with startup():
+    paused = not gc.isenabled()
+    import sqlalchemy
+print(json.dumps({"paused": paused, "after": gc.isenabled(), "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_a_start_up_imports_without_the_collector_then_freezes_what_it_imported(
+    tmp_path: Path,
+) -> None:
+    """A cold process (the fork server, a Slurm job, the CLI) imports with the cyclic
+    collector paused; at the end of its start-up the survivors are frozen (never scanned
+    again) and the collector runs again for the work that follows."""
+    report = probe(tmp_path, STARTUP_PROBE)
+    assert report["paused"] and report["after"]
+    assert report["frozen"] > 10_000  # SQLAlchemy's classes, functions and tables

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 from dataclasses import replace
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,6 @@ def test_warm_up_prebuilds_the_suite_tasks_with_the_data_a_trial_builds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(warm, "_tasks", {})
-    monkeypatch.setattr(gc, "freeze", lambda: None)  # the fork server's, not the test's heap
     trial = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))[0]
     spec = warm_spec([trial, trial])
     (section,) = spec["tasks"]
@@ -108,3 +108,28 @@ def test_a_forked_trial_gets_the_environment_it_is_given_before_the_trial_runs(
     monkeypatch.setattr("harness.runner.trial.trial_process", probe)
     forked_trial(None, {}, {"CUDA_VISIBLE_DEVICES": "3", "LAYERBENCH_PROBE": None})  # type: ignore[arg-type]
     assert seen == {"CUDA_VISIBLE_DEVICES": "3", "LAYERBENCH_PROBE": None}
+
+
+def collector_state(conn: Connection) -> None:
+    """A forked process's target: is its garbage collector on, and how many objects are frozen?"""
+    conn.send((gc.isenabled(), gc.get_freeze_count()))
+    conn.close()
+
+
+@pytest.mark.slow
+def test_a_forked_trial_collects_garbage_and_leaves_the_servers_frozen_heap_alone(
+    tmp_path: Path, fresh_server: None
+) -> None:
+    """The server imports and warms up with the collector paused (`warm_start`), then freezes
+    what it built and resumes it, so each trial process collects its own garbage and never
+    scans (and so copies) the pages it shares with the server."""
+    ctx = context()
+    warm.start_server(plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}"))))
+    receiver, sender = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=collector_state, args=(sender,))
+    process.start()
+    sender.close()
+    enabled, frozen = receiver.recv()
+    process.join(timeout=10)
+    assert enabled
+    assert frozen > 100_000  # torch and the harness, imported by the server

@@ -15,6 +15,7 @@ import sys
 from harness.cli import info, nightly, rank, run
 from harness.cli.common import app
 from harness.cli.rank import build_ranking
+from harness.utils import begin_startup
 
 __all__ = ["app", "build_ranking", "info", "main", "nightly", "rank", "run"]
 
@@ -25,9 +26,11 @@ def main() -> None:
     Tearing down the modules a command imported (MLflow, SQLAlchemy, SciPy, pandas) took 0.4-0.9
     s after its last line (docs/performance.md): `end_process`, registered before the command
     imports them, runs after every exit handler they register (they run last-in, first-out),
-    so those still close their databases, stop their workers and flush their logs."""
+    so those still close their databases, stop their workers and flush their logs. The cyclic
+    garbage collector is paused for the command's imports (`harness.utils.begin_startup`)."""
     status = 1  # an uncaught exception: Python prints its traceback, then runs the handlers
     atexit.register(lambda: end_process(status))
+    begin_startup()  # the collector resumes when the trials start (RichProgress) or never
     try:
         app(prog_name="layerbench")
         status = 0

@@ -5,9 +5,7 @@ their keys differ), ranked the way its `rank` section says.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +29,7 @@ from harness.store.queries import (
     task_sections,
 )
 from harness.tasks.trivial import trivial_name
+from harness.utils import paused_gc
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -175,20 +174,6 @@ def stored_examples(engine: Engine, keys: list[str]) -> ExampleOutcomes | None:
 
     with Session(engine) as session:
         return example_outcomes(session, keys) or None
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while reading and ranking: both build hundreds of
-    thousands of acyclic records, and the collector's passes over that growing heap took a
-    third of a 100,000-trial `rank_suite` (reference counting still frees everything)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @dataclass(frozen=True)

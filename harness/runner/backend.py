@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from harness.records import PlannedTrial, TrialResult
+from harness.utils import startup
 
 HEARTBEAT_EVERY_S = 10.0
 KILL_GRACE_S = 60.0
@@ -139,13 +140,15 @@ def renew_leases(leases: Iterable[Lease], ledger: Ledger) -> None:
 
 
 def run_in_worker(config: dict[str, Any]) -> TrialResult:
-    """A trial in a cluster worker's fresh process (a Slurm job): third-party output quieted,
-    the device as `worker_config` reads it (`run_trial` sets the trial's threads, as on every
+    """A trial in a cluster worker's fresh process (a Slurm job): its imports without the cyclic
+    garbage collector (`harness.utils.startup`), third-party output quieted, the device as
+    `worker_config` reads it (`run_trial` sets the trial's threads, as on every
     backend)."""
     os.environ.setdefault("TQDM_DISABLE", "1")
-    from harness.runner.trial import quiet_libraries, run_trial
+    with startup():
+        from harness.runner.trial import quiet_libraries, run_trial
 
-    quiet_libraries()
+        quiet_libraries()
     return run_trial(worker_config(config))
 
 

@@ -54,9 +54,8 @@ def context() -> mp.context.BaseContext:
     suite (`harness.runner.warm`); trials fork from it."""
     os.environ.setdefault("TQDM_DISABLE", "1")  # read at import by the server's libraries
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(
-        ["harness.runner.trial", *all_modules(), "harness.runner.warm_server"]
-    )
+    first, last = "harness.runner.warm_start", "harness.runner.warm_server"
+    ctx.set_forkserver_preload([first, "harness.runner.trial", *all_modules(), last])
     return ctx
 
 

@@ -1,8 +1,9 @@
 """Warm trial processes: what every trial would otherwise redo, done once in the fork server.
 
 The local runner forks each trial from a fork server (multiprocessing's `forkserver`) that
-imports the harness once. Its preload list ends with `harness.runner.warm_server`, whose import
-calls `warm_up`, which:
+imports the harness once. Its preload list starts with `harness.runner.warm_start`, which pauses
+the cyclic garbage collector for the server's start-up (`harness.utils.begin_startup`), and ends
+with `harness.runner.warm_server`, whose import calls `warm_up`, which:
 
 1. imports what the suite's trials would import lazily: transformers' model stack, lm-eval's
    model API and optimum-quanto when a trial loads a pretrained model, evaluates with lm-eval
@@ -13,8 +14,9 @@ calls `warm_up`, which:
    here; `prebuilt_task` hands a trial the server's task when its section is one of them;
 3. trains a tiny `gpt` for one step on the CPU, so that a trial's first step does not pay for
    PyTorch's lazy initialisation (kernels, autograd, the optimizer's paths);
-4. freezes the heap (`gc.freeze`), so that the children's garbage collector does not touch,
-   and so copy, the pages they share with the server.
+
+and then freezes the heap and resumes the collector (`harness.utils.end_startup`), so that the
+children's collector does not touch, and so copy, the pages they share with the server.
 
 Each trial is still its own forked process: a crash, an out-of-memory kill or a time limit ends
 only that trial. A task is a pure function of its section (corpus files, tokenizer, split seed,
@@ -24,7 +26,6 @@ Nothing here touches CUDA: a process that has initialised CUDA cannot fork usabl
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from harness.logs import detach_stream_handlers
 from harness.records import PlannedTrial
 from harness.registry import MODELS, TASKS, EvalTaskEntry, PretrainedModelEntry, RegistryError
+from harness.utils import end_startup
 
 if TYPE_CHECKING:
     from harness.tasks.base import Task
@@ -123,7 +125,6 @@ def warm_up(spec: Mapping[str, Any]) -> None:
         except Exception:  # the trial reports the error itself, with its own traceback
             log.debug("warm: task %s not built", section, exc_info=True)
     warm_step()
-    gc.freeze()
 
 
 def warm_step() -> None:
@@ -161,12 +162,13 @@ def warm_step() -> None:
 
 
 def warm_up_from_env() -> None:
-    """`warm_up` for the spec the runner put in the environment (the server's preload). Never
-    raises: the fork server stops at an error other than ImportError in a preloaded module, and
-    a cold trial is still a correct one."""
+    """`warm_up` for the spec the runner put in the environment (the server's preload), then
+    the end of the server's start-up. Never raises: the fork server stops at an error other
+    than ImportError in a preloaded module, and a cold trial is still a correct one."""
     try:
         warm_up(json.loads(os.environ.get(WARM_ENV) or "{}"))
     except Exception:
         log.warning("warm: the fork server was not warmed", exc_info=True)
     finally:
         detach_stream_handlers()  # those the lazy imports attached (see harness/logs.py)
+        end_startup()
