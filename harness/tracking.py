@@ -5,12 +5,16 @@ The tracker reads what the store holds, so a trial stored before a crash is logg
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, create_engine, make_url, select, update
 from sqlalchemy.orm import Session
 
+from harness.cache import cache_dir
 from harness.core import Status
 from harness.env import tracking_uri
 from harness.records import FINAL_STATUSES, PlannedTrial
@@ -34,7 +38,9 @@ class MLflowTracker:
         from mlflow.tracking import MlflowClient
 
         self.engine = engine
-        self.client = MlflowClient(tracking_uri(uri))
+        uri = tracking_uri(uri)
+        start_from_template(uri)
+        self.client = MlflowClient(uri)
 
     def experiment_id(self, suite: str) -> str:
         experiment = self.client.get_experiment_by_name(suite)
@@ -127,3 +133,53 @@ class MLflowTracker:
         for trial_id in missing:
             self.log_trial(trial_id)
         return len(missing)
+
+
+def start_from_template(uri: str) -> None:
+    """A new SQLite MLflow store starts as a copy of an empty store that MLflow migrated.
+
+    MLflow makes a new SQLite store by running each of its schema migrations: a second of CPU,
+    as much as the rest of a run's start-up (docs/performance.md). For one MLflow version the
+    migrated empty store is always the same file, so it is made once (`empty_store`) and copied;
+    MLflow then finds its tables at the current revision and adds its default experiment, with
+    this store's artifact root, as it does on a store it migrated itself. Another kind of
+    store, a file that exists, or a folder that does not: MLflow's own path."""
+    url = make_url(uri) if uri.startswith("sqlite:///") else None
+    database = url.database if url is not None and not url.query else None
+    path = Path(database) if database and database != ":memory:" else None
+    if path is None or path.exists() or not path.parent.is_dir():
+        return
+    template = empty_store()
+    if template is None:
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        shutil.copyfile(template, partial)
+        os.link(partial, path)  # atomic, and never over a store another runner just made
+    except FileExistsError:
+        pass
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def empty_store() -> Path | None:
+    """The empty SQLite store of this MLflow version, migrated by MLflow's own
+    `_initialize_tables` (its tables at the current revision, no experiment), kept in the
+    cache; None if this MLflow has no such function."""
+    import mlflow
+    from mlflow.store.db import utils
+
+    initialize = getattr(utils, "_initialize_tables", None)
+    if initialize is None:
+        return None
+    template = cache_dir() / "mlflow" / f"empty-store-{mlflow.__version__}.db"
+    if not template.exists():
+        template.parent.mkdir(parents=True, exist_ok=True)
+        partial = template.with_name(f".{template.name}.{os.getpid()}.partial")
+        engine = create_engine(f"sqlite:///{partial}")
+        try:
+            initialize(engine)
+        finally:
+            engine.dispose()
+        os.replace(partial, template)
+    return template
