@@ -37,6 +37,7 @@ THIRD_PARTY = ("torch", "transformers", "mlflow", "alembic", "warning", "info", 
 def layerbench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYERBENCH_", "MLFLOW_"))}
     env |= {"PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env["LAYERBENCH_CACHE"] = str(tmp_path / "cache")  # MLflow migrates its empty store there
     command = [sys.executable, "-m", "harness", *args]
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
 
@@ -44,7 +45,8 @@ def layerbench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_run_prints_no_third_party_line_and_says_where_they_went(tmp_path: Path) -> None:
     """The int8 trial imports torchao (its "Failed to load ..." and torch's `_pytree` lines) and
-    the run creates an MLflow store ("Creating initial MLflow database tables")."""
+    the run has MLflow migrate an empty store ("Creating initial MLflow database tables": the
+    template of new stores, `harness.tracking.empty_store`, in a cache of its own)."""
     (tmp_path / "suite.yaml").write_text(SUITE)
     database = tmp_path / "results.db"
     done = layerbench(

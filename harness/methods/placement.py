@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from torch import Tensor, nn
-from transformers import initialization as init
 
 from harness.methods.norms import NormRole
 from harness.registry import NORM_PLACEMENTS
@@ -237,7 +236,7 @@ class DeepNorm(Placement):
         for name, module in [*attn.named_modules(), *mlp.named_modules()]:
             if isinstance(module, nn.Linear):
                 gain = 1.0 if name in ("q_proj", "k_proj") else self.beta
-                init.xavier_normal_(module.weight, gain=gain)
+                nn.init.xavier_normal_(module.weight, gain=gain)
 
 
 class NoNorm(Placement):

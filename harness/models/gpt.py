@@ -4,11 +4,12 @@ nanoGPT-style and small: token (and optionally learned position) embeddings, `n_
 whose norms are arranged by a registered placement (SPEC 5.1) and built from a registered norm
 type (SPEC 5.2), an optional final norm and a (tied) LM head.
 
-`GPT` is an `nn.Module` so that a trial trains it without importing transformers' model stack
-(several seconds in every trial process: with hqq and torchao installed it pulls in torch's
-compiler). Its `transformers.PreTrainedModel` face, `harness.models.gpt_hf.GPTForCausalLM`
-(`save_pretrained`, `AutoModelForCausalLM.from_pretrained`, `generate`, lm-eval's `hf`
-backend), wraps the same modules; `GPTConfig` is a `PreTrainedConfig`, which imports quickly.
+`GPT` is an `nn.Module` and `GPTConfig` a dataclass, so that a trial trains it without importing
+transformers (half a second in every fork server, Ray worker and Slurm job; its model stack
+seconds more, with hqq and torchao installed torch's compiler too). Its
+`transformers.PreTrainedModel` face, `harness.models.gpt_hf.GPTForCausalLM` (`save_pretrained`,
+`AutoModelForCausalLM.from_pretrained`, `generate`, lm-eval's `hf` backend), wraps the same
+modules, with a `PreTrainedConfig` that is also a `GPTConfig`.
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import PreTrainedConfig
 
 from harness.methods.norms import NormRole
 from harness.methods.placement import SublayerNorms, init_recipe
@@ -44,20 +44,25 @@ Rope = tuple[Tensor, Tensor]
 SPEC, NORM = GPTSpec.model_fields, NormSpec.model_fields
 
 
-class GPTConfig(PreTrainedConfig):
-    """Configuration of `GPT`: the `GPTSpec` fields, the vocabulary and the norm settings."""
+MODEL_TYPE = "layerbench-gpt"
+TRANSFORMERS_NAMES = {
+    "hidden_size": "d_model",
+    "num_hidden_layers": "n_layers",
+    "num_attention_heads": "n_heads",
+    "num_key_value_heads": "n_kv_heads",
+    "intermediate_size": "d_ff",
+    "max_position_embeddings": "max_seq_len",
+    "tie_word_embeddings": "tie_embeddings",
+    "initializer_range": "init_std",
+}
+"""transformers' names of `GPTConfig` fields (its `attribute_map`), which methods that work on any
+causal LM read and write, e.g. layer pruning's `num_hidden_layers`."""
 
-    model_type = "layerbench-gpt"
-    attribute_map: ClassVar[dict[str, str]] = {
-        "hidden_size": "d_model",
-        "num_hidden_layers": "n_layers",
-        "num_attention_heads": "n_heads",
-        "num_key_value_heads": "n_kv_heads",
-        "intermediate_size": "d_ff",
-        "max_position_embeddings": "max_seq_len",
-        "tie_word_embeddings": "tie_embeddings",
-        "initializer_range": "init_std",
-    }
+
+@dataclass(kw_only=True)
+class GPTConfig:
+    """Configuration of `GPT`: the `GPTSpec` fields, the vocabulary and the norm settings; each
+    field is also readable and writable under its transformers name (`TRANSFORMERS_NAMES`)."""
 
     # The defaults are GPTSpec's and NormSpec's (written once, there).
     vocab_size: int = 256
@@ -81,9 +86,9 @@ class GPTConfig(PreTrainedConfig):
     qk_norm: bool = NORM["qk_norm"].default
     final_norm: bool | None = NORM["final_norm"].default
     embed_norm: bool | None = NORM["embed_norm"].default
-    use_cache: bool = False
+    output_hidden_states: bool = False
 
-    def __post_init__(self, **kwargs: Any) -> None:
+    def __post_init__(self) -> None:
         check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.pos)
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
@@ -94,7 +99,15 @@ class GPTConfig(PreTrainedConfig):
             self.final_norm = placement.final_norm
         if self.embed_norm is None:
             self.embed_norm = placement.embed_norm
-        super().__post_init__(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        """A field under its transformers name (called only when no attribute has `name`)."""
+        if name in TRANSFORMERS_NAMES:
+            return getattr(self, TRANSFORMERS_NAMES[name])
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(TRANSFORMERS_NAMES.get(name, name), value)
 
 
 def split_norm_params(

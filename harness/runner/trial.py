@@ -12,6 +12,7 @@ import math
 import os
 import platform
 import random
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -400,12 +401,17 @@ def trial_process(conn: Any, config: dict[str, Any]) -> None:
 
 
 def quiet_libraries() -> None:
-    """Library progress bars and chatter would garble the runner's own progress display."""
+    """Library progress bars and chatter would garble the runner's own progress display.
+    transformers is quieted now if imported (the model stack), else by the environment it reads
+    when it is: a trial of the built-in gpt never imports it."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from transformers.utils import logging as transformers_logging
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
 
-    transformers_logging.disable_progress_bar()
-    transformers_logging.set_verbosity_error()
+        transformers_logging.disable_progress_bar()
+        transformers_logging.set_verbosity_error()
     for name in ("lm_eval", "lm-eval", "datasets"):
         logging.getLogger(name).setLevel(logging.ERROR)
     detach_stream_handlers()  # torch's and transformers' own, attached at their import
