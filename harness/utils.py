@@ -4,6 +4,9 @@ imported by the one helper that sets its threads, when called)."""
 from __future__ import annotations
 
 import gc
+import logging
+import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -83,3 +86,16 @@ def startup() -> Iterator[None]:
         yield
     finally:
         end_startup()
+
+
+def exit_now(status: int = 0) -> None:
+    """Flush what is buffered (the logging handlers and the standard streams) and end the
+    process with `status` without freeing the interpreter's objects, which took 0.2-0.9 s in a
+    process that imported torch or MLflow (mypy ends the same way, `hard_exit` in
+    mypy/util.py). Registered at exit before anything else a process imports, it runs after
+    every handler those libraries register (last in, first out)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    os._exit(status)

@@ -8,14 +8,11 @@ the Typer apps, the shared options and the error exits.
 """
 
 import atexit
-import logging
-import os
-import sys
 
 from harness.cli import info, nightly, rank, run
 from harness.cli.common import app
 from harness.cli.rank import build_ranking
-from harness.utils import begin_startup
+from harness.utils import begin_startup, exit_now
 
 __all__ = ["app", "build_ranking", "info", "main", "nightly", "rank", "run"]
 
@@ -24,12 +21,12 @@ def main() -> None:
     """`layerbench`: the app, then an exit that does not free the interpreter's objects.
 
     Tearing down the modules a command imported (MLflow, SQLAlchemy, SciPy, pandas) took 0.4-0.9
-    s after its last line (docs/performance.md): `end_process`, registered before the command
+    s after its last line (docs/performance.md): `exit_now`, registered before the command
     imports them, runs after every exit handler they register (they run last-in, first-out),
     so those still close their databases, stop their workers and flush their logs. The cyclic
     garbage collector is paused for the command's imports (`harness.utils.begin_startup`)."""
     status = 1  # an uncaught exception: Python prints its traceback, then runs the handlers
-    atexit.register(lambda: end_process(status))
+    atexit.register(lambda: exit_now(status))
     begin_startup()  # the collector resumes when the trials start (RichProgress) or never
     try:
         app(prog_name="layerbench")
@@ -44,13 +41,3 @@ def exit_status(code: object) -> int:
     if code is None:
         return 0
     return code if isinstance(code, int) else 1
-
-
-def end_process(status: int) -> None:
-    """Flush what is buffered (the logging handlers, registered before `main`, included) and
-    end the process with `status`."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            stream.flush()
-    os._exit(status)
