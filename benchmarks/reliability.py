@@ -195,8 +195,15 @@ def mlflow_audit(uri: str, suite: str, trials: dict[str, Trial]) -> dict[str, in
     }
 
 
-def wait_for_status(url: str, status: str, pid: int | None = None, timeout: float = 600) -> None:
-    """Until a trial has `status` (and, given `pid`, is claimed by that runner process)."""
+def wait_for_status(
+    url: str,
+    status: str,
+    pid: int | None = None,
+    process: subprocess.Popen[str] | None = None,
+    timeout: float = 600,
+) -> bool:
+    """Until a trial has `status` (and, given `pid`, is claimed by that runner process): True;
+    False if `process` ended first (a runner with nothing left to run)."""
     deadline = time.monotonic() + timeout
     query = select(func.count()).where(Trial.status == status)
     if pid is not None:
@@ -206,21 +213,31 @@ def wait_for_status(url: str, status: str, pid: int | None = None, timeout: floa
         try:
             with Session(engine) as session:
                 if session.scalar(query):
-                    return
+                    return True
         except Exception:  # the schema may not exist yet
             pass
+        if process is not None and process.poll() is not None:
+            return False
         time.sleep(0.2)
     raise TimeoutError(f"no trial reached '{status}' in {timeout} s")
 
 
-def kill_campaign(kind: str, kills: int, trials: int, seed: int = 0) -> dict[str, Any]:
+KILL_STEPS = 100
+"""Steps per trial of the kill campaign: enough that what is left of the suite outlasts a
+kill's window (with 3 steps, a runner started in 2.3 s finished the rest of the suite before its
+kill landed, 2026-12-04)."""
+
+
+def kill_campaign(
+    kind: str, kills: int, trials: int, seed: int = 0, steps: int = KILL_STEPS
+) -> dict[str, Any]:
     """`kills` SIGKILLs of a runner at random moments, each followed by a rerun, then an audit."""
     rng = random.Random(seed)
     schedule = [KILL_KINDS[i % len(KILL_KINDS)] for i in range(kills)]
     rng.shuffle(schedule)
     with tempfile.TemporaryDirectory() as tmp, database(kind, Path(tmp)) as url:
         workdir = Path(tmp)
-        suite = write_suite(workdir, lr_methods(trials // 2), seeds=2)
+        suite = write_suite(workdir, lr_methods(trials // 2), seeds=2, steps=steps)
         landed: Counter[str] = Counter()
         started = time.monotonic()
         for cycle, where in enumerate(schedule, 1):
@@ -229,8 +246,7 @@ def kill_campaign(kind: str, kills: int, trials: int, seed: int = 0) -> dict[str
             # MLflow only where the kill is inside its write (importing it slows every start)
             quiet = () if where == "mlflow_write" else ("--no-mlflow",)
             runner = start(suite, url, environment(workdir, **extra), *quiet)
-            if where == "train":
-                wait_for_status(url, Status.RUNNING, runner.pid)
+            if where == "train" and wait_for_status(url, Status.RUNNING, runner.pid, runner):
                 time.sleep(rng.uniform(0.2, 2.0))
                 runner.send_signal(signal.SIGKILL)
             output_of(runner)
