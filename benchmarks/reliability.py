@@ -196,18 +196,14 @@ def mlflow_audit(uri: str, suite: str, trials: dict[str, Trial]) -> dict[str, in
 
 
 def wait_for_status(
-    url: str,
-    status: str,
-    pid: int | None = None,
-    process: subprocess.Popen[str] | None = None,
-    timeout: float = 600,
+    url: str, status: str, runner: subprocess.Popen[str] | None = None, timeout: float = 600
 ) -> bool:
-    """Until a trial has `status` (and, given `pid`, is claimed by that runner process): True;
-    False if `process` ended first (a runner with nothing left to run)."""
+    """Until a trial has `status` (and, given `runner`, is claimed by that runner process): True;
+    False if `runner` ended first (it had nothing left to run)."""
     deadline = time.monotonic() + timeout
     query = select(func.count()).where(Trial.status == status)
-    if pid is not None:
-        query = query.where(Trial.claimed_by.like(f"%:{pid}:%"))
+    if runner is not None:
+        query = query.where(Trial.claimed_by.like(f"%:{runner.pid}:%"))
     engine = create_engine(url, poolclass=NullPool)
     while time.monotonic() < deadline:
         try:
@@ -216,7 +212,7 @@ def wait_for_status(
                     return True
         except Exception:  # the schema may not exist yet
             pass
-        if process is not None and process.poll() is not None:
+        if runner is not None and runner.poll() is not None:
             return False
         time.sleep(0.2)
     raise TimeoutError(f"no trial reached '{status}' in {timeout} s")
@@ -246,7 +242,7 @@ def kill_campaign(
             # MLflow only where the kill is inside its write (importing it slows every start)
             quiet = () if where == "mlflow_write" else ("--no-mlflow",)
             runner = start(suite, url, environment(workdir, **extra), *quiet)
-            if where == "train" and wait_for_status(url, Status.RUNNING, runner.pid, runner):
+            if where == "train" and wait_for_status(url, Status.RUNNING, runner):
                 time.sleep(rng.uniform(0.2, 2.0))
                 runner.send_signal(signal.SIGKILL)
             output_of(runner)
