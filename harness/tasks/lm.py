@@ -5,32 +5,53 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.tasks.base import Batch, Task
 from harness.tasks.catalog import LMTaskSpec, corpus_fingerprint
-from harness.tasks.corpora import (
-    Corpus,
-    Document,
-    Tokenizer,
-    build_tokenizer,
-    load_corpus,
-    split_documents,
-)
+from harness.tasks.corpora import TokenSplits, lm_splits
+
+Tokens = Tensor | np.ndarray
+"""A split's tokens: a tensor, or a numpy array (in memory or memory-mapped)."""
 
 
-def eval_windows(tokens: Tensor, seq_len: int, n_windows: int) -> Tensor:
-    """Up to `n_windows` evenly spaced, non-overlapping windows of `seq_len + 1` tokens.
+def window_starts(n_tokens: int, seq_len: int, n_windows: int) -> np.ndarray:
+    """Up to `n_windows` evenly spaced starts of non-overlapping windows of `seq_len + 1` tokens.
 
     Starts are `i * (len - seq_len - 1) // (k - 1)`: consecutive starts differ by at least
     `seq_len`, so the targets of different windows never overlap.
     """
-    k = min(n_windows, (len(tokens) - 1) // seq_len)
-    span = len(tokens) - seq_len - 1
-    starts = torch.arange(k) * span // max(k - 1, 1)
-    return tokens[starts[:, None] + torch.arange(seq_len + 1)]
+    k = min(n_windows, (n_tokens - 1) // seq_len)
+    span = n_tokens - seq_len - 1
+    return np.arange(k, dtype=np.int64) * span // max(k - 1, 1)
+
+
+def gather(tokens: Tokens, starts: np.ndarray, length: int) -> Tensor:
+    """The windows `tokens[start : start + length]` as an int64 tensor (reads only them from
+    a memory-mapped array)."""
+    index = starts[:, None] + np.arange(length)
+    if isinstance(tokens, Tensor):
+        return tokens[torch.from_numpy(index)]
+    return torch.from_numpy(np.asarray(tokens[index], dtype=np.int64))
+
+
+def eval_windows(tokens: Tokens, seq_len: int, n_windows: int) -> Tensor:
+    """Up to `n_windows` evenly spaced, non-overlapping windows of `seq_len + 1` tokens."""
+    return gather(tokens, window_starts(len(tokens), seq_len, n_windows), seq_len + 1)
+
+
+def all_windows(tokens: Tokens, seq_len: int) -> list[Tensor]:
+    """Windows whose targets cover every token of `tokens` but the first once: consecutive
+    windows of `seq_len + 1` tokens overlapping by one, then a shorter last one if any."""
+    n_full = (len(tokens) - 1) // seq_len
+    windows = [gather(tokens, np.arange(n_full, dtype=np.int64) * seq_len, seq_len + 1)]
+    rest = len(tokens) - n_full * seq_len
+    if rest > 1:
+        windows.append(gather(tokens, np.array([n_full * seq_len]), rest))
+    return windows
 
 
 def perplexity(loss: float) -> float:
@@ -43,40 +64,37 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 class LMTask(Task):
-    """Next-token prediction on a corpus, split by document; reports loss, ppl and bits/byte."""
+    """Next-token prediction on a corpus or prepared dataset, split by document; reports loss,
+    ppl and bits per byte (against the UTF-8 bytes of the evaluated text, whatever the
+    tokenizer)."""
 
     def __init__(self, spec: LMTaskSpec) -> None:
         self.spec = spec
-        self.corpus: Corpus = load_corpus(spec.corpus)
-        self.tokenizer: Tokenizer = build_tokenizer(spec.tokenizer, self.corpus)
-        self.splits = split_documents(
-            self.corpus.documents, spec.val_fraction, spec.test_fraction, spec.split_seed
-        )
-        self.tokens = {name: self._encode(docs) for name, docs in self.splits.items()}
+        self.data: TokenSplits = lm_splits(spec)
+        self.tokens: dict[str, Tokens] = {  # a corpus's tokens in memory, a dataset's mapped
+            name: tokens if isinstance(tokens, np.memmap) else torch.from_numpy(tokens)
+            for name, tokens in self.data.tokens.items()
+        }
         for name, tokens in self.tokens.items():
             if len(tokens) <= spec.seq_len:
                 raise ValueError(
-                    f"the {name} split of corpus '{spec.corpus}' has {len(tokens)} tokens, "
+                    f"the {name} split of {self.data.source} has {len(tokens)} tokens, "
                     f"fewer than seq_len + 1 = {spec.seq_len + 1}"
                 )
-        self.vocab_size = self.tokenizer.vocab_size
+        self.vocab_size = spec.vocab_size or self.data.vocab_size
         self.seq_len = spec.seq_len
 
     fingerprint = staticmethod(corpus_fingerprint)
 
-    def _encode(self, documents: list[Document]) -> Tensor:
-        text = "\n".join(text for _, text in documents)
-        return torch.from_numpy(self.tokenizer.encode(text))
-
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
-        """Random windows of the concatenated train documents, positions drawn from `generator`."""
+        """Random windows of the concatenated train documents, positions drawn from `generator`
+        (so the generator's state is the data position a resumed trial restores)."""
         tokens = self.tokens["train"]
-        offsets = torch.arange(self.seq_len + 1)
         while True:
             starts = torch.randint(
                 0, len(tokens) - self.seq_len, (batch_size,), generator=generator
             )
-            windows = tokens[starts[:, None] + offsets]
+            windows = gather(tokens, starts.numpy(), self.seq_len + 1)
             yield windows[:, :-1], windows[:, 1:]
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
@@ -87,18 +105,21 @@ class LMTask(Task):
     def evaluate(
         self, model: nn.Module, batch_size: int, n_batches: int, final: bool
     ) -> dict[str, float]:
-        """Loss, perplexity and bits per byte on fixed windows of val (and, if final, test)."""
+        """Loss, perplexity and bits per byte on fixed windows of val (and, if final, test);
+        with `eval: {tokens: all}`, the final evaluation reads every token of both."""
         was_training = model.training
         model.eval()
+        whole = final and self.spec.eval is not None and self.spec.eval.tokens == "all"
+        n_windows = None if whole else n_batches
         try:
-            val_loss, val_bpb = self._split_loss(model, "val", batch_size, n_batches)
+            val_loss, val_bpb = self._split_loss(model, "val", batch_size, n_windows)
             metrics = {
                 "val_loss": val_loss,
                 "val_ppl": perplexity(val_loss),
                 "bits_per_byte": val_bpb,
             }
             if final:
-                test_loss, test_bpb = self._split_loss(model, "test", batch_size, n_batches)
+                test_loss, test_bpb = self._split_loss(model, "test", batch_size, n_windows)
                 metrics |= {
                     "test_loss": test_loss,
                     "test_ppl": perplexity(test_loss),
@@ -109,17 +130,25 @@ class LMTask(Task):
         return metrics
 
     def _split_loss(
-        self, model: nn.Module, split: str, batch_size: int, n_batches: int
+        self, model: nn.Module, split: str, batch_size: int, n_batches: int | None
     ) -> tuple[float, float]:
-        """Mean loss (nats per token) and bits per byte over the split's evaluation windows."""
-        windows = eval_windows(self.tokens[split], self.seq_len, batch_size * n_batches)
-        nats, n_tokens, n_bytes = token_loss(model, windows, batch_size, self.tokenizer)
+        """Mean loss (nats per token) and bits per byte over the split's evaluation windows
+        (every token of the split for `n_batches` None)."""
+        tokens = self.tokens[split]
+        if n_batches is None:
+            windows = all_windows(tokens, self.seq_len)
+        else:
+            windows = [eval_windows(tokens, self.seq_len, batch_size * n_batches)]
+        nats, n_tokens, n_bytes = 0.0, 0, 0
+        for group in windows:
+            loss = token_loss(model, group, batch_size, self.data.byte_lengths)
+            nats, n_tokens, n_bytes = nats + loss[0], n_tokens + loss[1], n_bytes + loss[2]
         return nats / n_tokens, nats / math.log(2) / n_bytes
 
 
 @torch.no_grad()
 def token_loss(
-    model: nn.Module, windows: Tensor, batch_size: int, tokenizer: Tokenizer
+    model: nn.Module, windows: Tensor, batch_size: int, byte_lengths: np.ndarray
 ) -> tuple[float, int, int]:
     """Summed next-token loss (nats), target tokens and their UTF-8 bytes over `windows`."""
     device = model_device(model)
@@ -131,5 +160,5 @@ def token_loss(
             logits.float().flatten(0, 1), y.to(device).flatten(), reduction="sum"
         ).item()
         n_tokens += y.numel()
-        n_bytes += tokenizer.n_bytes(y.numpy())
+        n_bytes += int(byte_lengths[y.numpy()].sum())
     return nats, n_tokens, n_bytes

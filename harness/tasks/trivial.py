@@ -27,7 +27,7 @@ import numpy as np
 
 from harness.cache import cache_dir
 from harness.registry import SYNTHETIC_KINDS
-from harness.tasks.corpora import SPLITS, build_tokenizer, load_corpus, split_documents
+from harness.tasks.corpora import SPLITS, lm_splits
 
 if TYPE_CHECKING:
     from harness.tasks.catalog import LMTaskSpec, SyntheticTaskSpec
@@ -52,9 +52,11 @@ def unigram_loss(train: np.ndarray, tokens: np.ndarray, vocab_size: int) -> floa
 
 def lm_trivial(spec: LMTaskSpec) -> dict[str, float]:
     """The unigram predictor's metrics of an `lm` task (see the module doc), cached."""
+    from harness.tasks.catalog import corpus_fingerprint  # catalog imports this module
+
     identity = {
         "version": CACHE_VERSION,
-        "data": load_corpus(spec.corpus).fingerprint(),
+        "data": corpus_fingerprint(spec),
         **spec.model_dump(),
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
@@ -68,17 +70,14 @@ def lm_trivial(spec: LMTaskSpec) -> dict[str, float]:
 
 
 def _lm_levels(spec: LMTaskSpec) -> dict[str, float]:
-    corpus = load_corpus(spec.corpus)
-    tokenizer = build_tokenizer(spec.tokenizer, corpus)
-    fractions = (spec.val_fraction, spec.test_fraction)
-    splits = split_documents(corpus.documents, *fractions, spec.split_seed)
-    tokens = {
-        name: tokenizer.encode("\n".join(text for _, text in splits[name])) for name in SPLITS
-    }
+    data = lm_splits(spec)
+    tokens = data.tokens
+    vocab_size = spec.vocab_size or data.vocab_size
     levels: dict[str, float] = {}
     for name in SPLITS:
-        loss = unigram_loss(tokens["train"], tokens[name], tokenizer.vocab_size)
-        bits = loss * len(tokens[name]) / math.log(2) / tokenizer.n_bytes(tokens[name])
+        loss = unigram_loss(tokens["train"], tokens[name], vocab_size)
+        n_bytes = int(data.byte_lengths[tokens[name]].sum())
+        bits = loss * len(tokens[name]) / math.log(2) / n_bytes
         prefix = "" if name == "val" else f"{name}_"
         levels |= {f"{name}_loss": loss, f"{name}_ppl": math.exp(loss)}
         if name != "train":
