@@ -67,8 +67,14 @@ def decoded(name: str) -> dict[str, list[str]]:
     for split, tokens in dataset.tokens.items():
         starts = dataset.document_starts(split).tolist()
         ends = [start - separator for start in starts[1:]] + [len(tokens)]
-        documents[split] = [tokenizer.decode(tokens[a:b]) for a, b in zip(starts, ends)]
+        documents[split] = [
+            tokenizer.decode(tokens[a:b]) for a, b in zip(starts, ends, strict=True)
+        ]
     return documents
+
+
+def every_document(documents: dict[str, list[str]]) -> list[str]:
+    return sorted(text for split in documents.values() for text in split)
 
 
 def sources(tmp_path: Path) -> dict[str, Path]:
@@ -91,7 +97,7 @@ def test_every_source_round_trips_and_splits_by_document(tmp_path: Path, tokeniz
     for kind, source in kinds.items():
         prepare(kind, source, "--tokenizer", tokenizer, "--val-fraction", "0.2")
         documents = decoded(kind)
-        assert sorted(sum(documents.values(), [])) == sorted(TEXTS), kind
+        assert every_document(documents) == sorted(TEXTS), kind
         assert [len(documents[s]) for s in ("train", "val", "test")] == [7, 2, 1]
     # documents are named by file and row (corpus:0, ...), so both row files split alike
     assert decoded("jsonl") == decoded("parquet")
@@ -138,7 +144,7 @@ def test_a_packaged_models_tokenizer_prepares_offline(tmp_path: Path) -> None:
     prepare("smol", text_folder(tmp_path), "--tokenizer", "smollm2-135m")
     index = open_dataset("smol").index
     assert index.vocab_size == 49152 and index.dtype == "uint16"
-    assert sorted(sum(decoded("smol").values(), [])) == sorted(TEXTS)
+    assert every_document(decoded("smol")) == sorted(TEXTS)
 
 
 def test_byte_level_shakespeare_gives_the_old_loaders_tokens() -> None:
@@ -336,9 +342,11 @@ def test_an_hf_dataset_prepares_offline_from_the_local_cache(tmp_path: Path) -> 
         command = [sys.executable, "-m", "harness", *args]
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
-    done = layerbench("data", "prepare", "tiny", "--source", "hf:someone/tiny", "--tokenizer", "byte")
+    done = layerbench(
+        "data", "prepare", "tiny", "--source", "hf:someone/tiny", "--tokenizer", "byte"
+    )
     assert done.returncode == 0, done.stderr
-    assert sorted(sum(decoded("tiny").values(), [])) == sorted(TEXTS)
+    assert every_document(decoded("tiny")) == sorted(TEXTS)
     missing = layerbench("data", "prepare", "other", "--source", "hf:someone/other:main:train")
     assert missing.returncode == 2, missing.stderr
     message = " ".join(missing.stderr.split())

@@ -7,9 +7,15 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, ProgressColumn, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.progress import Progress as RichProgress
-from rich.progress import Task
 from rich.text import Text
 
 from harness.cli.common import data_app, fail
@@ -78,7 +84,7 @@ def read_documents(source: str, text_field: str) -> list[Document]:
     from harness.registry import CORPORA
     from harness.tasks.corpora import load_corpus
 
-    if source in CORPORA.names() and not Path(source).exists() or source.startswith("file:"):
+    if (source in CORPORA.names() and not Path(source).exists()) or source.startswith("file:"):
         return load_corpus(source).documents
     return Source(source, text_field).documents()
 

@@ -52,7 +52,7 @@ class Source:
         if not path.exists():
             raise SourceError(f"source '{self.spec}': no such file or folder")
         text_files = sorted(path.rglob("*.txt")) if path.is_dir() else []
-        if path.is_file() and path.suffix == ".txt" or text_files:
+        if (path.is_file() and path.suffix == ".txt") or text_files:
             return [
                 (name, file.read_text(encoding="utf-8"))
                 for name, file in named_files(path, text_files)
@@ -135,7 +135,7 @@ def parse_hub_spec(spec: str) -> tuple[str, str | None, str]:
     parts = spec.removeprefix("hf:").split(":")
     if not parts[0] or len(parts) > 3:
         raise SourceError(f"source '{spec}': write it as hf:OWNER/NAME[:config][:split]")
-    name, config, split = (parts + [None, None])[:3]
+    name, config, split = [*parts, "", ""][:3]
     return name, config or None, split or "train"
 
 

@@ -113,7 +113,9 @@ class DatasetIndex(BaseModel):
 def dataset_fingerprint(fields: dict[str, Any]) -> str:
     """sha256 of what decides the tokens: the format, content, tokenizer, split and files."""
     keys = ("format", "content_fingerprint", "tokenizer_fingerprint", "split", "files")
-    return hashlib.sha256(json.dumps({k: fields[k] for k in keys}, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps({k: fields[k] for k in keys}, sort_keys=True).encode()
+    ).hexdigest()
 
 
 def content_fingerprint(documents: Sequence[Document]) -> str:
@@ -259,7 +261,9 @@ def read_index(name: str) -> DatasetIndex:
     try:
         return DatasetIndex.model_validate_json(path.read_text())
     except ValueError as error:
-        raise DatasetError(f"dataset '{name}': {path} is damaged ({error}); {prepare_hint(name)}")
+        raise DatasetError(
+            f"dataset '{name}': {path} is damaged ({error}); {prepare_hint(name)}"
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ import hashlib
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -76,7 +76,9 @@ class Tokenizer(ABC):
         return json.dumps(self.identity(), sort_keys=True)
 
     def save(self, folder: Path) -> None:
-        """Write what `load_saved` needs to rebuild the tokenizer into `folder`."""
+        """Write what `load_saved` needs to rebuild the tokenizer into `folder` (nothing for
+        a tokenizer without state)."""
+        return
 
 
 class ByteTokenizer(Tokenizer):
@@ -216,7 +218,8 @@ def byte_level_chars() -> dict[str, int]:
     """GPT-2's byte-level alphabet: the character that stands for each byte, and its byte."""
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    return {char: byte for byte, char in bytes_to_unicode().items()}
+    table = cast("Callable[[], dict[int, str]]", bytes_to_unicode)()  # untyped in transformers
+    return {char: byte for byte, char in table.items()}
 
 
 SENTENCEPIECE_BYTE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
@@ -312,7 +315,9 @@ def folder_tokenizer(path: Path) -> HFTokenizer:
     try:
         loaded = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as error:
-        raise TokenizerError(f"tokenizer '{path}': no Hugging Face tokenizer there ({error})")
+        raise TokenizerError(
+            f"tokenizer '{path}': no Hugging Face tokenizer there ({error})"
+        ) from None
     if not loaded.is_fast:
         raise TokenizerError(f"tokenizer '{path}': only fast (tokenizer.json) tokenizers work")
     return HFTokenizer(loaded.backend_tokenizer, identity)
