@@ -103,6 +103,19 @@ def test_every_source_round_trips_and_splits_by_document(tmp_path: Path, tokeniz
     assert decoded("jsonl") == decoded("parquet")
 
 
+def test_a_folder_source_reads_the_files_its_pattern_matches(tmp_path: Path) -> None:
+    folder = text_folder(tmp_path)
+    for i, text in enumerate(TEXTS):
+        (folder / f"module{i}.py").write_text(f"# module {i}\n{text}")
+    prepare("code", folder, "--pattern", "*.py")
+    assert every_document(decoded("code")) == sorted(
+        f"# module {i}\n{t}" for i, t in enumerate(TEXTS)
+    )
+    prepare("top", folder, "--pattern", "*.txt")
+    splits = open_dataset("top").index.splits.values()
+    assert sum(split.documents for split in splits) == 5  # doc00, 02, 04, 06, 08: not nested/
+
+
 def test_the_same_inputs_give_the_same_fingerprint_and_the_seed_moves_the_split(
     tmp_path: Path,
 ) -> None:

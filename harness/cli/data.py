@@ -54,6 +54,9 @@ def data_prepare(
     seed: Annotated[int, typer.Option(help="Seed of the document split.")] = 0,
     workers: Annotated[int, typer.Option(min=1, help="Tokenizing processes.")] = 1,
     text_field: Annotated[str, typer.Option(help="The field holding each row's text.")] = "text",
+    pattern: Annotated[
+        str, typer.Option(help="The text files of a folder source (a glob; **/ for subfolders).")
+    ] = "**/*.txt",
 ) -> None:
     """Tokenize a corpus once into memory-mapped token shards and an index."""
     from harness.cache import DataMissingError
@@ -62,7 +65,7 @@ def data_prepare(
 
     request = PrepareRequest(name, source, tokenizer, val_fraction, test_fraction, seed, workers)
     try:
-        documents = read_documents(source, text_field)
+        documents = read_documents(source, text_field, pattern)
         total = sum(len(text.encode("utf-8")) for _, text in documents)
         with progress_bar(name, total) as advance:
             index = prepare(request, documents, advance)
@@ -76,7 +79,7 @@ def data_prepare(
     )
 
 
-def read_documents(source: str, text_field: str) -> list[Document]:
+def read_documents(source: str, text_field: str, pattern: str) -> list[Document]:
     """The documents of `source`: a built-in corpus by its name, else `harness.data.sources`."""
     from pathlib import Path
 
@@ -86,7 +89,7 @@ def read_documents(source: str, text_field: str) -> list[Document]:
 
     if (source in CORPORA.names() and not Path(source).exists()) or source.startswith("file:"):
         return load_corpus(source).documents
-    return Source(source, text_field).documents()
+    return Source(source, text_field, pattern).documents()
 
 
 class TokenRate(ProgressColumn):

@@ -1,7 +1,7 @@
 """Where a corpus's documents come from (`layerbench data prepare --source SRC`).
 
-- a `.txt` file (one document) or a folder (its `*.txt` files, recursively, sorted by path, one
-  document each);
+- a text file (one document) or a folder: the files its `pattern` matches (`**/*.txt`: every
+  `.txt` file, in subfolders too), sorted by path, one document each;
 - `.jsonl` / `.json`, `.parquet` or `.arrow` files, or a folder of them: one document per row,
   its text in a field (`text` unless `--text-field` says otherwise), read by `datasets`;
 - a folder written by `datasets.Dataset.save_to_disk` (or a `DatasetDict`'s, with its `train`
@@ -40,6 +40,8 @@ class Source:
 
     spec: str
     text_field: str = "text"
+    pattern: str = "**/*.txt"
+    """The text files of a folder source (a glob relative to it: `**/` matches subfolders)."""
 
     def documents(self) -> list[Document]:
         """Every document of the source, in the source's order."""
@@ -51,8 +53,8 @@ class Source:
         path = Path(self.spec).expanduser()
         if not path.exists():
             raise SourceError(f"source '{self.spec}': no such file or folder")
-        text_files = sorted(path.rglob("*.txt")) if path.is_dir() else []
-        if (path.is_file() and path.suffix == ".txt") or text_files:
+        text_files = [p for p in sorted(path.glob(self.pattern)) if p.is_file()]
+        if (path.is_file() and path.suffix not in ROW_FORMATS) or text_files:
             return [
                 (name, file.read_text(encoding="utf-8"))
                 for name, file in named_files(path, text_files)
