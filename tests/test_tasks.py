@@ -166,8 +166,8 @@ def test_a_one_file_corpus_cannot_be_split_by_document(tmp_path: Path) -> None:
         LMTask(LMTaskSpec(corpus=f"file:{tmp_path / 'only.txt'}"))
 
 
-def test_hf_corpora_are_not_supported_yet() -> None:
-    with pytest.raises(NotImplementedError, match="not supported yet"):
+def test_hf_corpora_point_to_prepared_datasets() -> None:
+    with pytest.raises(ValidationError, match="layerbench data prepare NAME --source hf:tiny"):
         LMTaskSpec(corpus="hf:tiny_shakespeare")
 
 

@@ -83,12 +83,15 @@ def read_documents(source: str, text_field: str, pattern: str) -> list[Document]
     """The documents of `source`: a built-in corpus by its name, else `harness.data.sources`."""
     from pathlib import Path
 
+    from harness.cache import offline_unless_hub_reachable
     from harness.data.sources import Source
     from harness.registry import CORPORA
     from harness.tasks.corpora import load_corpus
 
     if (source in CORPORA.names() and not Path(source).exists()) or source.startswith("file:"):
         return load_corpus(source).documents
+    if source.startswith("hf:"):
+        offline_unless_hub_reachable()  # before `datasets` is imported: it reads the variables
     return Source(source, text_field, pattern).documents()
 
 

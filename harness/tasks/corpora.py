@@ -7,7 +7,8 @@ Corpus names in a task spec:
 - a registered name (`shakespeare`);
 - `file:<path>`: a `.txt` file (one document) or a directory (its `*.txt` files, sorted by name,
   one document each);
-- `hf:<dataset>`: not supported yet (a clear error).
+- `hf:<dataset>`: an error that points to `layerbench data prepare NAME --source hf:<dataset>`
+  and a task's `dataset: NAME` (harness/data reads Hugging Face datasets).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class Corpus:
 
 
 def load_corpus(name: str) -> Corpus:
-    """The corpus a task spec names: `shakespeare`, `file:<path>` (`hf:` is not supported yet)."""
+    """The corpus a task spec names: `shakespeare`, `file:<path>` (`hf:` is prepared instead)."""
     check_corpus_name(name)
     scheme, _, argument = name.partition(":")
     if scheme == "file":
@@ -95,9 +96,10 @@ def check_corpus_name(name: str) -> None:
     if not sep:
         CORPORA.entry(name)
     elif scheme == "hf":
-        raise NotImplementedError(
-            f"corpus '{name}': Hugging Face ('hf:') corpora are not supported yet; "
-            "use 'shakespeare' or 'file:<path>'"
+        raise ValueError(
+            f"corpus '{name}': Hugging Face datasets are read once into a prepared dataset: run "
+            f"`layerbench data prepare NAME --source {name} --tokenizer TOK`, then give the task "
+            "`dataset: NAME` instead of `corpus`"
         )
     elif scheme != "file":
         raise ValueError(f"corpus '{name}': unknown scheme '{scheme}:' (supported: 'file:')")
