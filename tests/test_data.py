@@ -313,6 +313,9 @@ def test_bad_datasets_in_a_suite_exit_2(tmp_path: Path, data_folder: Path) -> No
     raw[0] ^= 1  # same size, different content
     shard.write_bytes(bytes(raw))
     assert "does not match its checksum" in fails("data", "verify", "texts")
+    index = data_folder / "texts" / "index.json"
+    index.write_text(index.read_text().replace('"vocab_size": 300', '"vocab_size": 200'))
+    assert "does not match its own fingerprint" in fails("validate", str(padded))
 
 
 # --- hf: datasets from the local Hugging Face cache, offline -----------------------------------

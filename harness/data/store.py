@@ -110,12 +110,16 @@ class DatasetIndex(BaseModel):
     fingerprint: str
 
 
+NOT_FINGERPRINTED = ("name", "source", "fingerprint")
+"""Index fields that do not decide the tokens: a dataset copied under another name, or prepared
+from the same documents found elsewhere, keeps its fingerprint (so its trials' keys)."""
+
+
 def dataset_fingerprint(fields: dict[str, Any]) -> str:
-    """sha256 of what decides the tokens: the format, content, tokenizer, split and files."""
-    keys = ("format", "content_fingerprint", "tokenizer_fingerprint", "split", "files")
-    return hashlib.sha256(
-        json.dumps({k: fields[k] for k in keys}, sort_keys=True).encode()
-    ).hexdigest()
+    """sha256 of the index's fields that decide the tokens (format, content, tokenizer, split,
+    sizes, files and their checksums)."""
+    kept = {k: v for k, v in fields.items() if k not in NOT_FINGERPRINTED}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
 def content_fingerprint(documents: Sequence[Document]) -> str:
@@ -259,11 +263,17 @@ def read_index(name: str) -> DatasetIndex:
             f"{prepare_hint(name)}"
         )
     try:
-        return DatasetIndex.model_validate_json(path.read_text())
+        index = DatasetIndex.model_validate_json(path.read_text())
     except ValueError as error:
         raise DatasetError(
             f"dataset '{name}': {path} is damaged ({error}); {prepare_hint(name)}"
         ) from None
+    if dataset_fingerprint(index.model_dump()) != index.fingerprint:
+        raise DatasetError(
+            f"dataset '{name}': {path} does not match its own fingerprint (edited by hand?); "
+            f"{prepare_hint(name)}"
+        )
+    return index
 
 
 @dataclass(frozen=True)
