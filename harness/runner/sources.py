@@ -1,7 +1,7 @@
 """The recorded source of each built-in entry: a method's code cannot change unversioned.
 
 An entry's *source digest* hashes its implementation and every function and class of the
-implementation packages (methods, models, tasks, diagnostics, utils) it reaches by name, as
+implementation packages (methods, models, tasks, data, diagnostics, utils) it reaches by name, as
 syntax trees without docstrings (comments and formatting do not count, helpers do). The digests
 and the versions they were recorded at live in `entry_sources.json`, committed beside this module:
 `layerbench versions --check` (and tests/test_versions.py) fail when a digest changed while the
@@ -37,6 +37,7 @@ IMPLEMENTATION_PACKAGES = (
     "harness.methods.",
     "harness.models.",
     "harness.tasks.",
+    "harness.data.",
     "harness.diagnostics",
     "harness.utils",
 )
