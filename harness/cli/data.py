@@ -129,24 +129,23 @@ def progress_bar(name: str, total_bytes: int) -> Iterator[Progress]:
 
 @data_app.command("list")
 def data_list() -> None:
-    """The prepared datasets: tokenizer, tokens per split and fingerprint."""
-    from rich.table import Table
+    """The prepared datasets: tokenizer, tokens per split and fingerprint (one line each)."""
+    from harness.data.store import SPLITS, DatasetError, data_dir, prepared_names, read_index
 
-    from harness.data.store import DatasetError, data_dir, prepared_names, read_index
-
-    table = Table("name", "tokenizer", "vocab", "train", "val", "test", "fingerprint", "source")
+    console.print(f"[bold]datasets[/] in {data_dir()}  (set $LAYERBENCH_DATA to move them)")
     for name in prepared_names():
         try:
             index = read_index(name)
         except DatasetError as error:
             errors.print(f"[yellow]damaged:[/] {error}", highlight=False, soft_wrap=True)
             continue
-        tokenizer = ":".join(str(v) for v in index.tokenizer.values())
-        splits = [f"{index.splits[s].tokens:,}" for s in ("train", "val", "test")]
-        row = (name, tokenizer, f"{index.vocab_size:,}", *splits, index.fingerprint[:12])
-        table.add_row(*row, index.source)
-    console.print(f"[bold]datasets[/] in {data_dir()}  (set $LAYERBENCH_DATA to move them)")
-    console.print(table)
+        tokenizer = ":".join(str(value) for value in index.tokenizer.values())
+        tokens = " ".join(f"{split} {index.splits[split].tokens:,}" for split in SPLITS)
+        line = (
+            f"  {name}  tokenizer {tokenizer} ({index.vocab_size:,} ids)  tokens: {tokens}  "
+            f"fingerprint {index.fingerprint[:12]}  source {index.source}"
+        )
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 @data_app.command("verify")
