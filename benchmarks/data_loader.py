@@ -74,7 +74,9 @@ def run_child(config: dict[str, Any]) -> dict[str, Any]:
     return measured
 
 
-def prepare_timed(name: str, documents: list[tuple[str, str]], tokenizer: str, workers: int) -> dict[str, float]:
+def prepare_timed(
+    name: str, documents: list[tuple[str, str]], tokenizer: str, workers: int
+) -> dict[str, float]:
     from harness.data.prepare import PrepareRequest, prepare
 
     started = time.perf_counter()
@@ -142,9 +144,7 @@ def main() -> None:
             "shakespeare dataset": run_child(trial_config({"dataset": "shakespeare-bytes"}))[
                 "peak_rss_mb"
             ],
-            "shakespeare corpus": run_child(trial_config({"corpus": "shakespeare"}))[
-                "peak_rss_mb"
-            ],
+            "shakespeare corpus": run_child(trial_config({"corpus": "shakespeare"}))["peak_rss_mb"],
         }
         fastest = run_child(trial_config({"dataset": "large"}, n_layers=1, d_model=32))
         report["fastest_trial_tokens_per_s"] = fastest["tokens_per_s"]
