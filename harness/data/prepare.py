@@ -3,6 +3,7 @@ write the shards and the index (see `harness.data.store`)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -79,7 +80,7 @@ def prepare(
     tokenizer = build_tokenizer(
         request.tokenizer,
         [text for _, text in splits["train"]],
-        (text for _, text in documents),
+        itertools.chain((text for _, text in documents), [SEPARATOR]),
     )
     dtype = token_dtype(tokenizer.vocab_size)
     separator = tokenizer.encode(SEPARATOR)
