@@ -362,12 +362,12 @@ def test_an_hf_dataset_prepares_offline_from_the_local_cache(tmp_path: Path) -> 
         "data", "prepare", "tiny", "--source", "hf:someone/tiny", "--tokenizer", "byte"
     )
     assert done.returncode == 0, done.stderr
-    assert every_document(decoded("tiny")) == sorted(TEXTS)
+    assert every_document(decoded("tiny")) == sorted(TEXTS), done.stderr
     missing = layerbench("data", "prepare", "other", "--source", "hf:someone/other:main:train")
     assert missing.returncode == 2, missing.stderr
     message = " ".join(missing.stderr.split())
-    assert "offline (HF_DATASETS_OFFLINE=1) and not in the Hugging Face cache" in message
-    assert str(tmp_path / "hf" / "datasets") in message
-    assert "datasets.load_dataset('someone/other', 'main', split='train')" in message
-    assert "Traceback" not in missing.stderr
+    assert "offline (HF_DATASETS_OFFLINE=1) and not in the Hugging Face cache" in message, message
+    assert str(tmp_path / "hf" / "datasets") in message, message
+    assert "datasets.load_dataset('someone/other', 'main', split='train')" in message, message
+    assert "Traceback" not in missing.stderr, message
     assert not (data_dir() / "other").exists()
