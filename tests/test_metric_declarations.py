@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 
 from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
-from harness.registry import METRICS, TASKS, undeclared_metrics
+from harness.registry import METRICS, TASKS
+from harness.runner.catalog import undeclared_metrics
 from harness.store.db import warn_undeclared
 from harness.store.models import Result, Trial
 

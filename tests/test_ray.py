@@ -230,4 +230,7 @@ def test_an_unknown_backend_is_invalid_input(tiny_suite: Path) -> None:
 
     ran = invoke("run", str(tiny_suite), "--backend", "spark")
     assert ran.exit_code == 2
-    assert "--backend must be local, ray or slurm" in ran.output
+    assert "unknown backend 'spark'" in ran.output and "known: local, ray, slurm" in ran.output
+    typo = invoke("nightly", str(tiny_suite.parent), "--backend", "slrum")
+    assert typo.exit_code == 2
+    assert "did you mean 'slurm'?" in typo.output

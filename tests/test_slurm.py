@@ -411,7 +411,7 @@ def test_job_resources_and_time_limit_follow_the_suite() -> None:
 def test_command_line_slurm_options_override_the_suite_and_a_bad_flag_is_invalid_input(
     tiny_suite: Path,
 ) -> None:
-    from harness.cli.run import slurm_settings
+    from harness.runner.slurm_backend import slurm_settings
     from harness.spec.schema import SlurmSpec
 
     suite = SlurmSpec(partition="cpu", qos="low", sbatch={"constraint": "a100"})

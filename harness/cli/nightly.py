@@ -11,10 +11,25 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from harness.cli.common import DbOption, NoMlflowOption, WorkersOption, app, fail, load, open_db
-from harness.cli.run import mlflow_tracker
+from harness.cli.run import (
+    BackendOption,
+    RayAddressOption,
+    RayRetriesOption,
+    SbatchOption,
+    SlurmAccountOption,
+    SlurmArrayOption,
+    SlurmFolderOption,
+    SlurmPartitionOption,
+    SlurmQosOption,
+    backend_factory,
+    backend_options,
+    executor_for,
+    mlflow_tracker,
+)
 from harness.console import RichProgress, console, errors
 
 if TYPE_CHECKING:
+    from harness.runner.backend import BackendOptions
     from harness.spec import Suite
     from harness.store.models import Alert
 
@@ -35,7 +50,8 @@ class NightlyArgs:
     suites_dir: Path
     cadence: str
     db: str | None
-    workers: int
+    backend: str
+    options: BackendOptions
     host_class: str | None
     reports: Path
     notify: str | None
@@ -58,8 +74,9 @@ def run_nightly(args: NightlyArgs, stop: threading.Event) -> int:
     """One nightly run of every suite of the cadence; returns the exit code (SPEC 10)."""
     from harness.nightly import report as reports
     from harness.nightly.run import SuiteOutcome, exit_code, host_class, machine, run_suite, today
-    from harness.runner.local import local_executor
+    from harness.runner.backend import BackendUnavailableError
 
+    factory = backend_factory(args.backend)
     suites = nightly_suites(args.suites_dir, args.cadence)
     engine = open_db(args.db)
     host = args.host_class or host_class(machine())
@@ -68,14 +85,17 @@ def run_nightly(args: NightlyArgs, stop: threading.Event) -> int:
     for path, suite in suites:
         if stop.is_set():
             break
-        console.print(f"{suite.suite}: nightly run on {host}")
-        executor = local_executor(args.workers)
+        console.print(f"{suite.suite}: nightly run on {host} ({args.backend} backend)")
+        executor = executor_for(factory, suite, args.options)
         outcome = SuiteOutcome(path, suite)
-        outcomes.append(
-            run_suite(
-                engine, outcome, executor, stop, host, args.skip_existing, tracker, RichProgress
+        try:
+            outcomes.append(
+                run_suite(
+                    engine, outcome, executor, stop, host, args.skip_existing, tracker, RichProgress
+                )
             )
-        )
+        except BackendUnavailableError as error:
+            raise fail(str(error)) from None
     if stop.is_set():
         errors.print("stopped: the running trials were killed and their claims released")
         return 1
@@ -112,12 +132,32 @@ def nightly(
         typer.Option(help="Skip a suite run today at this commit; resume an interrupted one."),
     ] = False,
     no_mlflow: NoMlflowOption = False,
+    backend: BackendOption = "local",
+    ray_address: RayAddressOption = None,
+    retries: RayRetriesOption = 1,
+    slurm_partition: SlurmPartitionOption = None,
+    slurm_account: SlurmAccountOption = None,
+    slurm_qos: SlurmQosOption = None,
+    slurm_array_parallelism: SlurmArrayOption = None,
+    slurm_folder: SlurmFolderOption = None,
+    sbatch: SbatchOption = None,
 ) -> None:
     """Re-run every trial of the suites of a cadence and report regressions (exit 3)."""
     from harness.nightly.schedule import stop_on_signals
 
+    slurm = (slurm_partition, slurm_account, slurm_qos, slurm_array_parallelism, slurm_folder)
+    options = backend_options(workers, (ray_address, retries), slurm, sbatch)
     args = NightlyArgs(
-        suites_dir, cadence, db, workers, host_class, reports, notify, skip_existing, not no_mlflow
+        suites_dir,
+        cadence,
+        db,
+        backend,
+        options,
+        host_class,
+        reports,
+        notify,
+        skip_existing,
+        not no_mlflow,
     )
     with stop_on_signals() as stop:
         code = run_nightly(args, stop)
@@ -136,6 +176,15 @@ def schedule(
     reports: ReportsOption = Path("reports"),
     notify: NotifyOption = None,
     no_mlflow: NoMlflowOption = False,
+    backend: BackendOption = "local",
+    ray_address: RayAddressOption = None,
+    retries: RayRetriesOption = 1,
+    slurm_partition: SlurmPartitionOption = None,
+    slurm_account: SlurmAccountOption = None,
+    slurm_qos: SlurmQosOption = None,
+    slurm_array_parallelism: SlurmArrayOption = None,
+    slurm_folder: SlurmFolderOption = None,
+    sbatch: SbatchOption = None,
 ) -> None:
     """Run `layerbench nightly` at the times of a cron expression until SIGTERM; a suite already
     run that day at the same commit is skipped."""
@@ -145,9 +194,12 @@ def schedule(
         check_cron(cron)
     except CronError as error:
         raise fail(str(error)) from None
-    nightly_suites(suites_dir, cadence)  # fail now, not at 2 am
+    backend_factory(backend)  # fail now, not at 2 am
+    nightly_suites(suites_dir, cadence)
+    slurm = (slurm_partition, slurm_account, slurm_qos, slurm_array_parallelism, slurm_folder)
+    options = backend_options(workers, (ray_address, retries), slurm, sbatch)
     args = NightlyArgs(
-        suites_dir, cadence, db, workers, host_class, reports, notify, True, not no_mlflow
+        suites_dir, cadence, db, backend, options, host_class, reports, notify, True, not no_mlflow
     )
     console.print(f"scheduled `layerbench nightly {suites_dir}` at '{cron}' (UTC)")
     with stop_on_signals() as stop:

@@ -4,8 +4,8 @@ ranking; exit 1 when a trial has no valid result."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache, partial
-from typing import TYPE_CHECKING, Annotated, Any
+from functools import cache
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,30 +26,63 @@ from harness.console import RichProgress, console
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from harness.runner.backend import Executor
+    from harness.registry import BackendFactory
+    from harness.runner.backend import BackendOptions, Executor
     from harness.service import RunOptions, RunPlan, SuiteRunResult, Tracker
     from harness.spec import Suite
-    from harness.spec.schema import SlurmSpec
 
-BACKENDS = ("local", "ray", "slurm")
-
-
+BACKEND_PANEL = "Backend (`layerbench methods` lists them)"
 OnlyOption = Annotated[str | None, typer.Option(help="method=NAME,... (or model=, task=, seed=)")]
 BackendOption = Annotated[
     str,
-    typer.Option(help="local (--workers processes here), ray or slurm (as the cluster allows)."),
+    typer.Option(
+        rich_help_panel=BACKEND_PANEL,
+        help="Where trials run: local (--workers processes here), ray or slurm.",
+    ),
 ]
 RayAddressOption = Annotated[
-    str | None, typer.Option(help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).")
+    str | None,
+    typer.Option(
+        rich_help_panel=BACKEND_PANEL,
+        help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).",
+    ),
 ]
 RayRetriesOption = Annotated[
-    int, typer.Option("--ray-max-retries", min=0, help="Ray retries of a dead worker.")
+    int,
+    typer.Option(
+        "--ray-max-retries",
+        min=0,
+        rich_help_panel=BACKEND_PANEL,
+        help="Ray retries of a dead worker.",
+    ),
+]
+SlurmPartitionOption = Annotated[
+    str | None, typer.Option(rich_help_panel=BACKEND_PANEL, help="Slurm partition.")
+]
+SlurmAccountOption = Annotated[
+    str | None, typer.Option(rich_help_panel=BACKEND_PANEL, help="Slurm account.")
+]
+SlurmQosOption = Annotated[
+    str | None, typer.Option(rich_help_panel=BACKEND_PANEL, help="Slurm quality of service.")
 ]
 SlurmArrayOption = Annotated[
-    int | None, typer.Option(min=1, help="Trials queued or running on Slurm at once.")
+    int | None,
+    typer.Option(
+        min=1, rich_help_panel=BACKEND_PANEL, help="Trials queued or running on Slurm at once."
+    ),
+]
+SlurmFolderOption = Annotated[
+    str | None,
+    typer.Option(
+        rich_help_panel=BACKEND_PANEL,
+        help="Slurm jobs' folder, shared with the nodes (suite: slurm.folder).",
+    ),
 ]
 SbatchOption = Annotated[
-    list[str] | None, typer.Option(help="Another sbatch flag as KEY=VALUE (repeatable).")
+    list[str] | None,
+    typer.Option(
+        rich_help_panel=BACKEND_PANEL, help="Another sbatch flag as KEY=VALUE (repeatable)."
+    ),
 ]
 
 
@@ -65,52 +98,71 @@ def run(
     backend: BackendOption = "local",
     ray_address: RayAddressOption = None,
     retries: RayRetriesOption = 1,
-    slurm_partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
-    slurm_account: Annotated[str | None, typer.Option(help="Slurm account.")] = None,
-    slurm_qos: Annotated[str | None, typer.Option(help="Slurm quality of service.")] = None,
+    slurm_partition: SlurmPartitionOption = None,
+    slurm_account: SlurmAccountOption = None,
+    slurm_qos: SlurmQosOption = None,
     slurm_array_parallelism: SlurmArrayOption = None,
+    slurm_folder: SlurmFolderOption = None,
     sbatch: SbatchOption = None,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
-    if backend not in BACKENDS:
-        raise fail(f"--backend must be local, ray or slurm (got '{backend}')")
+    slurm = (slurm_partition, slurm_account, slurm_qos, slurm_array_parallelism, slurm_folder)
+    options = backend_options(workers, (ray_address, retries), slurm, sbatch)
+    chosen = backend_factory(backend)
     suite = load(suite_path)
-    flags = {
-        "partition": slurm_partition,
-        "account": slurm_account,
-        "qos": slurm_qos,
-        "array_parallelism": slurm_array_parallelism,
-    }
-    slurm = partial(slurm_settings, suite.slurm, flags, sbatch or [])
-    executor = executor_for(suite, backend, workers, (ray_address, retries), slurm)
+    executor = executor_for(chosen, suite, options)
     logs_beside(db)  # before the fork server starts: its trials inherit the file
     prepare_early(suite, executor)
     from harness.service import RunOptions
 
     engine = open_db(db)
-    options = RunOptions(only=only, force=force, retry_failed=retry_failed)
+    run_options = RunOptions(only=only, force=force, retry_failed=retry_failed)
     tracker = None if no_mlflow else mlflow_tracker(engine)
-    outcome = execute(suite, executor, engine, tracker, options)
+    outcome = execute(suite, executor, engine, tracker, run_options)
     print_ranking(build_ranking(suite, engine))
     if outcome.failed:
         raise typer.Exit(1)
 
 
-def executor_for(
-    suite: Suite,
-    backend: str,
+def backend_options(
     workers: int,
     ray: tuple[str | None, int],
-    slurm: Callable[[], SlurmSpec],
-) -> Executor:
-    """The backend's executor: `ray` is (address, retries), `slurm` gives the Slurm settings."""
-    if backend == "ray":
-        return ray_executor(suite, *ray)
-    if backend == "slurm":
-        return slurm_executor(suite, slurm())
-    from harness.runner.local import local_executor
+    slurm: tuple[str | None, str | None, str | None, int | None, str | None],
+    sbatch: list[str] | None,
+) -> BackendOptions:
+    """The command line's backend options: `ray` is (address, retries), `slurm` the
+    `--slurm-*` flags (partition, account, qos, array parallelism, folder)."""
+    from harness.runner.backend import BackendOptions
 
-    return local_executor(workers)
+    names = ("partition", "account", "qos", "array_parallelism", "folder")
+    return BackendOptions(
+        workers=workers,
+        ray_address=ray[0],
+        ray_retries=ray[1],
+        slurm=dict(zip(names, slurm, strict=True)),
+        sbatch=tuple(sbatch or ()),
+    )
+
+
+def backend_factory(name: str) -> BackendFactory:
+    """The factory of the backend `name` in `harness.registry.BACKENDS`; an unknown name exits
+    2 with the closest known one."""
+    from harness.registry import BACKENDS, UnknownNameError
+
+    try:
+        return BACKENDS.get(name)
+    except UnknownNameError as error:
+        raise fail(f"--backend: {error}") from None
+
+
+def executor_for(factory: BackendFactory, suite: Suite, options: BackendOptions) -> Executor:
+    """The backend's executor for the suite; a malformed backend option exits 2."""
+    from harness.runner.backend import BackendOptionError
+
+    try:
+        return factory(suite, options)
+    except BackendOptionError as error:
+        raise fail(str(error)) from None
 
 
 def prepare_early(suite: Suite, executor: Executor) -> None:
@@ -137,8 +189,7 @@ def execute(
     options: RunOptions,
 ) -> SuiteRunResult:
     """`run_suite` with the console's display; a bad `--only`, no Ray or no Slurm exits 2."""
-    from harness.runner.ray_backend import RayUnavailableError
-    from harness.runner.slurm_backend import SlurmUnavailableError
+    from harness.runner.backend import BackendUnavailableError
     from harness.service import run_suite
     from harness.service.run import Display
     from harness.spec.plan import SelectionError
@@ -153,7 +204,7 @@ def execute(
             options=options,
             display=display,
         )
-    except (SelectionError, RayUnavailableError, SlurmUnavailableError) as error:
+    except (SelectionError, BackendUnavailableError) as error:
         raise fail(str(error)) from None
 
 
@@ -178,28 +229,3 @@ def mlflow_tracker(engine: Engine) -> Callable[[], Tracker]:
         return MLflowTracker(engine)
 
     return make
-
-
-def ray_executor(suite: Suite, address: str | None, retries: int) -> Executor:
-    from harness.runner.ray_backend import ray_executor as on_ray
-
-    return on_ray(address, suite.resources, retries)
-
-
-def slurm_settings(spec: SlurmSpec, flags: dict[str, Any], sbatch: list[str]) -> SlurmSpec:
-    """The suite's `slurm:` section with the command line's `--slurm-*` and `--sbatch` over it;
-    a `--sbatch` without `=` exits 2."""
-    extra = dict(spec.sbatch)
-    for flag in sbatch:
-        key, equals, value = flag.partition("=")
-        if not equals or not key:
-            raise fail(f"--sbatch takes KEY=VALUE, e.g. --sbatch constraint=a100 (got '{flag}')")
-        extra[key.lstrip("-")] = value
-    chosen = {name: value for name, value in flags.items() if value is not None}
-    return spec.model_copy(update={**chosen, "sbatch": extra})
-
-
-def slurm_executor(suite: Suite, slurm: SlurmSpec) -> Executor:
-    from harness.runner.slurm_backend import slurm_executor as on_slurm
-
-    return on_slurm(suite.resources, slurm)

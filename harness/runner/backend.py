@@ -27,6 +27,30 @@ KILL_GRACE_S = 60.0
 TIMEOUT_ERROR = "killed: no result within the time limit plus grace"  # at the deadline
 
 
+class BackendUnavailableError(RuntimeError):
+    """A backend cannot run here (its library is missing, its cluster does not answer)."""
+
+
+class BackendOptionError(ValueError):
+    """A backend option of the command line is malformed."""
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """The command line's backend options (`layerbench run`, `nightly`, `schedule`): each
+    backend's factory (`harness.registry.BACKENDS`) reads its own and ignores the rest."""
+
+    workers: int = 1
+    """Trial processes at once on this machine (local)."""
+    ray_address: str | None = None
+    ray_retries: int = 1
+    slurm: dict[str, Any] = field(default_factory=dict)
+    """`slurm:` suite fields (partition, account, qos, array_parallelism, folder) set on the
+    command line; they override the suite's."""
+    sbatch: tuple[str, ...] = ()
+    """Other sbatch flags as KEY=VALUE, over the suite's `slurm.sbatch`."""
+
+
 class Ledger(Protocol):
     """Where trials are claimed and results recorded (the store's `StoreLedger` implements it)."""
 

@@ -28,6 +28,9 @@ from typing import Any
 from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 from harness.runner.backend import (
+    BackendOptionError,
+    BackendOptions,
+    BackendUnavailableError,
     Executor,
     Lease,
     Ledger,
@@ -39,7 +42,7 @@ from harness.runner.backend import (
     renew_leases,
     run_in_worker,
 )
-from harness.spec.schema import ResourcesSpec, SlurmSpec
+from harness.spec.schema import ResourcesSpec, SlurmSpec, Suite
 
 POLL_S = 2.0
 # Job states after which no result will come (squeue's long names).
@@ -56,7 +59,7 @@ ENDED_STATES = frozenset(
 VANISHED_AFTER_S = 60.0
 
 
-class SlurmUnavailableError(RuntimeError):
+class SlurmUnavailableError(BackendUnavailableError):
     """submitit is not installed or no Slurm controller answers."""
 
 
@@ -130,6 +133,29 @@ def slurm_trial(config: dict[str, Any]) -> TrialResult:
     Slurm's own limit ends the job (`TIMEOUT`), which the driver stores as `timeout`."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     return run_in_worker(config)
+
+
+def slurm_backend(suite: Suite, options: BackendOptions) -> Executor:
+    """The `slurm` entry of `harness.registry.BACKENDS`: the suite's trials as Slurm jobs, with
+    its `slurm:` section under the command line's options."""
+    return slurm_executor(
+        suite.resources, slurm_settings(suite.slurm, options.slurm, options.sbatch)
+    )
+
+
+def slurm_settings(spec: SlurmSpec, flags: dict[str, Any], sbatch: Sequence[str] = ()) -> SlurmSpec:
+    """The suite's `slurm:` section with the command line's `--slurm-*` flags (those not None)
+    and `--sbatch` KEY=VALUE flags over it; a `--sbatch` without `=` is a BackendOptionError."""
+    extra = dict(spec.sbatch)
+    for flag in sbatch:
+        key, equals, value = flag.partition("=")
+        if not equals or not key:
+            raise BackendOptionError(
+                f"--sbatch takes KEY=VALUE, e.g. --sbatch constraint=a100 (got '{flag}')"
+            )
+        extra[key.lstrip("-")] = value
+    chosen = {name: value for name, value in flags.items() if value is not None}
+    return spec.model_copy(update={**chosen, "sbatch": extra})
 
 
 def slurm_executor(

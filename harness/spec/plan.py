@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from harness.env import cuda_available, method_library_versions, package_versions
 from harness.records import PlannedTrial
 from harness.registry import (
-    FAMILIES,
+    FAMILY_TABLE,
     INITIAL_VERSION,
     MODELS,
     TASKS,
@@ -79,17 +79,6 @@ def key_of(
     return hashlib.sha256(canonical(payload).encode()).hexdigest()
 
 
-TRAINING = ("norm.", "optimizer.", "train.")
-"""The families a pretrained (evaluation-only) model does not use, whatever its config says."""
-CONFIG_PATHS = {
-    "synthetic.kind": "task.kind",
-    "corpus": "task.corpus",
-    "tokenizer": "task.tokenizer",
-    "optimizer.layerwise": "optimizer.layerwise.name",
-}
-"""Where a family's name lies in a trial's config, where it is not the family's key."""
-
-
 def threads_field(resources: ResourcesSpec) -> dict[str, int]:
     """A trial config's `threads` (the intra-op torch threads its suite gives each trial), left
     out at `DEFAULT_THREADS`, so a trial keeps the key it had before the count was in it."""
@@ -113,17 +102,19 @@ def resolved_train(train: dict[str, Any], device: str, cuda: bool) -> dict[str, 
 
 def used_entries(config: dict[str, Any]) -> dict[str, Entry[Any]]:
     """The registry entries a trial with this resolved config uses, by "FAMILY:NAME" (FAMILY
-    as in `FAMILIES`, e.g. `optimizer.name:lamb`)."""
+    as in `FAMILY_TABLE`, e.g. `optimizer.name:lamb`)."""
     model = MODELS.entry(config["model"]["type"])
     found = {}
-    for family, registry in FAMILIES.items():
-        if isinstance(model, PretrainedModelEntry) and family.startswith(TRAINING):
+    for family in FAMILY_TABLE:
+        if family.config_path is None or (
+            family.training and isinstance(model, PretrainedModelEntry)
+        ):
             continue
         name: Any = config
-        for part in CONFIG_PATHS.get(family, family).split("."):
+        for part in family.config_path.split("."):
             name = name.get(part) if isinstance(name, dict) else None
-        if isinstance(name, str) and name in registry:
-            found[f"{family}:{name}"] = registry.entry(name)
+        if isinstance(name, str) and name in family.registry:
+            found[f"{family.key}:{name}"] = family.registry.entry(name)
     return found
 
 

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from harness.core import Status
 from harness.env import git_commit
 from harness.records import PlannedTrial, TrialResult
-from harness.registry import undeclared_metrics
+from harness.runner.catalog import undeclared_metrics
 from harness.spec.declaration import RankingDeclaration
 from harness.store.models import (
     ExampleOutcome,

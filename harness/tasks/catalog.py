@@ -21,7 +21,8 @@ from pydantic import (
     model_validator,
 )
 
-from harness.registry import SYNTHETIC_KINDS, TASKS, TOKENIZERS, EvalTaskEntry
+from harness.core import Direction
+from harness.registry import SYNTHETIC_KINDS, TASKS, TOKENIZERS, EvalTaskEntry, declare_metrics
 from harness.spec.schema import StrictModel
 from harness.tasks.corpora import check_corpus_name, load_corpus
 from harness.tasks.trivial import lm_trivial, synthetic_trivial
@@ -191,7 +192,43 @@ def perplexity_fingerprint(spec: PerplexityTaskSpec) -> str:
     return hashlib.sha256((load_corpus(spec.corpus).fingerprint() + OUTPUTS).encode()).hexdigest()
 
 
-# the metrics each task emits (names in harness.registry.METRICS, which holds their direction)
+MIN, MAX = Direction.MIN, Direction.MAX
+NATS, BITS, FRACTION, PURE = "nats/token", "bits/byte", "fraction", ""
+TASK_METRICS = declare_metrics(
+    ("val_loss", MIN, "in-distribution validation loss", NATS),
+    ("val_ppl", MIN, "validation perplexity", PURE),
+    ("bits_per_byte", MIN, "bits per byte of text (lm: validation; perplexity: its split)", BITS),
+    ("test_loss", MIN, "held-out test loss (reporting split; at the end of training)", NATS),
+    ("test_ppl", MIN, "test perplexity at the end of training", PURE),
+    ("test_bits_per_byte", MIN, "test bits per byte at the end of training", BITS),
+    ("id_loss", MIN, "in-distribution loss of a synthetic task", NATS),
+    ("ood_loss", MIN, "out-of-distribution loss of a synthetic task", NATS),
+    ("id_acc", MAX, "in-distribution accuracy of a synthetic task", FRACTION),
+    ("ood_acc", MAX, "out-of-distribution accuracy of a synthetic task", FRACTION),
+    (
+        "test_acc",
+        MAX,
+        "held-out test accuracy at the end of training (synthetic: ID test set)",
+        FRACTION,
+    ),
+    ("acc", MAX, "accuracy (lm-eval)", FRACTION),
+    ("acc_norm", MAX, "length-normalized accuracy (lm-eval)", FRACTION),
+    ("word_perplexity", MIN, "word perplexity (lm-eval)", PURE),
+    ("byte_perplexity", MIN, "byte perplexity (lm-eval)", PURE),
+    (
+        "val_bits_per_byte",
+        MIN,
+        "validation (tuning split) bits per byte of a perplexity task",
+        BITS,
+    ),
+    ("val_acc", MAX, "accuracy on the task's validation split (lm-eval, tuning split)", FRACTION),
+    ("val_acc_norm", MAX, "length-normalized accuracy on the validation split (lm-eval)", FRACTION),
+    ("val_word_perplexity", MIN, "word perplexity on the validation split (lm-eval)", PURE),
+    ("val_byte_perplexity", MIN, "byte perplexity on the validation split (lm-eval)", PURE),
+)
+"""Every metric a task emits, declared once: its name, direction, description and unit ("": a
+pure number). Each task's entry lists those it emits (`metrics=`); the runner declares the
+metrics of every trial (harness/runner/catalog.py)."""
 SPLIT_LOSSES = ("loss", "ppl", "bits_per_byte")
 LM_EVAL_METRICS = ("acc", "acc_norm", "word_perplexity", "byte_perplexity", "bits_per_byte")
 
