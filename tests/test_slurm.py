@@ -25,7 +25,7 @@ from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint
 from tests.factories import ROOT, count, invoke, run_beside, trials_by_key
-from tests.test_ray import final_metrics
+from tests.test_ray import final_metrics, nightly_beside
 
 pytest.importorskip("submitit")
 pytestmark = pytest.mark.slow
@@ -307,6 +307,24 @@ def test_slurm_and_local_store_identical_metrics(slurm: Cluster, tmp_path: Path)
     assert all(t.environment["threads"] == 1 for t in stored)
     again = invoke("run", str(suite), "--db", on_slurm, "--backend", "slurm")
     assert again.exit_code == 0 and "2 stored, 0 to run" in again.stdout  # nothing missing
+
+
+@pytest.mark.usefixtures("overdue")
+def test_a_nightly_run_on_slurm_stores_what_the_local_backend_stores(
+    slurm: Cluster, tmp_path: Path
+) -> None:
+    suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
+    folder = str(tmp_path / "nightly-jobs")  # the command line's folder, over the suite's
+    slurm_ran, on_slurm, local = nightly_beside(
+        suite, ["--backend", "slurm", "--slurm-folder", folder, "--slurm-array-parallelism", "2"]
+    )
+    assert slurm_ran.returncode == 0, slurm_ran.stdout + slurm_ran.stderr
+    assert "nightly run on" in slurm_ran.stdout and "(slurm backend)" in slurm_ran.stdout
+    assert len(final_metrics(on_slurm)) == 2
+    assert final_metrics(on_slurm) == final_metrics(local)
+    stored = trials_by_key(on_slurm).values()
+    assert all(t.status == "done" and t.suite_run_id is not None for t in stored)
+    assert list(Path(folder).iterdir())  # the jobs' files went where the flag said
 
 
 def job_of(pid: int) -> str:

@@ -181,11 +181,11 @@ OPTIMIZERS.declare(
     "scion", "harness.methods.optimizers:scion", params=ScionParams, libraries=PYTORCH_OPTIMIZER
 )
 
-# optimizers.py
-SCHEDULES.declare("constant", "harness.methods.optimizers:constant")
-SCHEDULES.declare("cosine", "harness.methods.optimizers:cosine")
-SCHEDULES.declare("linear", "harness.methods.optimizers:linear")
-SCHEDULES.declare("wsd", "harness.methods.optimizers:wsd")
+# schedules.py
+SCHEDULES.declare("constant", "harness.methods.schedules:constant")
+SCHEDULES.declare("cosine", "harness.methods.schedules:cosine")
+SCHEDULES.declare("linear", "harness.methods.schedules:linear")
+SCHEDULES.declare("wsd", "harness.methods.schedules:wsd")
 
 # layerwise.py
 LAYERWISE.declare("lr_depth", "harness.methods.layerwise:lr_depth", params=LrDepthParams)
@@ -203,7 +203,7 @@ PRUNING.declare("last_n", "harness.methods.pruning:last_n")
 PRUNING.declare("first_n", "harness.methods.pruning:first_n")
 PRUNING.declare("random", "harness.methods.pruning:random_layers")
 
-# quantization.py
+# quantization.py (rtn, gptq) and quantization_libraries.py
 QUANTIZERS.declare(
     "rtn", "harness.methods.quantization:rtn", bits=frozenset(range(2, 9)), options=LAYOUT_OPTIONS
 )
@@ -216,35 +216,35 @@ QUANTIZERS.declare(
 )
 QUANTIZERS.declare(
     "hqq",
-    "harness.methods.quantization:hqq",
+    "harness.methods.quantization_libraries:hqq",
     bits=frozenset({2, 3, 4, 8}),
     options=frozenset({"group_size"}),
     libraries=("hqq",),
 )
 QUANTIZERS.declare(
     "torchao_int8",
-    "harness.methods.quantization:torchao_int8",
+    "harness.methods.quantization_libraries:torchao_int8",
     bits=frozenset({8}),
     options=frozenset(),
     libraries=("torchao",),
 )
 QUANTIZERS.declare(
     "torchao_int4",
-    "harness.methods.quantization:torchao_int4",
+    "harness.methods.quantization_libraries:torchao_int4",
     bits=frozenset({4}),
     options=LAYOUT_OPTIONS,
     libraries=("torchao",),
 )
 QUANTIZERS.declare(
     "quanto",
-    "harness.methods.quantization:quanto",
+    "harness.methods.quantization_libraries:quanto",
     bits=frozenset({2, 4, 8}),
     options=frozenset(),
     libraries=("optimum-quanto",),
 )
 
-# quantization.py
-LAYER_IMPORTANCE.declare("cosine", "harness.methods.quantization:cosine_importance")
-LAYER_IMPORTANCE.declare("outliers", "harness.methods.quantization:outlier_importance")
-LAYER_IMPORTANCE.declare("position", "harness.methods.quantization:position_importance")
-LAYER_IMPORTANCE.declare("random", "harness.methods.quantization:random_importance")
+# layer_importance.py
+LAYER_IMPORTANCE.declare("cosine", "harness.methods.layer_importance:cosine_importance")
+LAYER_IMPORTANCE.declare("outliers", "harness.methods.layer_importance:outlier_importance")
+LAYER_IMPORTANCE.declare("position", "harness.methods.layer_importance:position_importance")
+LAYER_IMPORTANCE.declare("random", "harness.methods.layer_importance:random_importance")
