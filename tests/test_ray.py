@@ -257,13 +257,3 @@ def test_a_ray_the_backend_starts_runs_its_trials_at_normal_priority(
     monkeypatch.delenv(NICENESS_VARIABLE)
     import_ray()
     assert os.environ[NICENESS_VARIABLE] == "0"
-
-
-def test_an_unknown_backend_is_invalid_input(tiny_suite: Path) -> None:
-
-    ran = invoke("run", str(tiny_suite), "--backend", "spark")
-    assert ran.exit_code == 2
-    assert "unknown backend 'spark'" in ran.output and "known: local, ray, slurm" in ran.output
-    typo = invoke("nightly", str(tiny_suite.parent), "--backend", "slrum")
-    assert typo.exit_code == 2
-    assert "did you mean 'slurm'?" in typo.output

@@ -150,7 +150,7 @@ def backend_factory(name: str) -> BackendFactory:
     from harness.registry import BACKENDS, UnknownNameError
 
     try:
-        return BACKENDS.get(name)
+        return BACKENDS.entry(name).obj
     except UnknownNameError as error:
         raise fail(f"--backend: {error}") from None
 
