@@ -3,6 +3,7 @@ a stored metric nobody declares."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -10,12 +11,13 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from harness.core import Status
+from harness.core import Direction, Status
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import METRICS, TASKS
 from harness.runner.catalog import undeclared_metrics
 from harness.store.db import warn_undeclared
 from harness.store.models import Result, Trial
+from tests.factories import invoke
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "results" / "data"
 
@@ -43,3 +45,23 @@ def test_an_undeclared_stored_metric_warns(caplog: pytest.LogCaptureFixture) -> 
         warn_undeclared(trial, TrialResult(Status.DONE, final={"val_loss": 1.0, "mystery": 2.0}))
     assert "mystery" in caplog.text and "val_loss" not in caplog.text
     assert undeclared_metrics("lm", ["val_loss", "train_loss", "mystery"]) == ["mystery"]
+
+
+def test_every_metric_has_a_direction_a_description_and_a_unit() -> None:
+    for entry in METRICS.entries():
+        metric = entry.obj
+        assert metric.direction in set(Direction), entry.name
+        assert metric.description and entry.doc == metric.description, entry.name
+        assert isinstance(metric.unit, str), entry.name  # "": a pure number
+    assert METRICS.get("val_loss").unit == "nats/token"
+    assert METRICS.get("val_ppl").unit == ""
+    assert METRICS.get("model_bytes").direction == Direction.MIN
+
+
+def test_methods_lists_each_metric_with_its_direction_and_unit() -> None:
+    listing = json.loads(invoke("methods", "--json").stdout)
+    metrics = {entry["name"]: entry for entry in listing["metric"]}
+    assert set(metrics) == set(METRICS.names())
+    assert metrics["id_acc"]["direction"] == "max" and metrics["id_acc"]["unit"] == "fraction"
+    text = invoke("methods").stdout
+    assert "blocks left after pruning [blocks]" in text

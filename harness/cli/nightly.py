@@ -10,26 +10,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from harness.cli.backends import BackendChoice, with_backend_options
 from harness.cli.common import DbOption, NoMlflowOption, WorkersOption, app, fail, load, open_db
-from harness.cli.run import (
-    BackendOption,
-    RayAddressOption,
-    RayRetriesOption,
-    SbatchOption,
-    SlurmAccountOption,
-    SlurmArrayOption,
-    SlurmFolderOption,
-    SlurmPartitionOption,
-    SlurmQosOption,
-    backend_factory,
-    backend_options,
-    executor_for,
-    mlflow_tracker,
-)
+from harness.cli.run import mlflow_tracker
 from harness.console import RichProgress, console, errors
 
 if TYPE_CHECKING:
-    from harness.runner.backend import BackendOptions
     from harness.spec import Suite
     from harness.store.models import Alert
 
@@ -50,8 +36,7 @@ class NightlyArgs:
     suites_dir: Path
     cadence: str
     db: str | None
-    backend: str
-    options: BackendOptions
+    backend: BackendChoice
     host_class: str | None
     reports: Path
     notify: str | None
@@ -76,7 +61,6 @@ def run_nightly(args: NightlyArgs, stop: threading.Event) -> int:
     from harness.nightly.run import SuiteOutcome, exit_code, host_class, machine, run_suite, today
     from harness.runner.backend import BackendUnavailableError
 
-    factory = backend_factory(args.backend)
     suites = nightly_suites(args.suites_dir, args.cadence)
     engine = open_db(args.db)
     host = args.host_class or host_class(machine())
@@ -85,8 +69,8 @@ def run_nightly(args: NightlyArgs, stop: threading.Event) -> int:
     for path, suite in suites:
         if stop.is_set():
             break
-        console.print(f"{suite.suite}: nightly run on {host} ({args.backend} backend)")
-        executor = executor_for(factory, suite, args.options)
+        console.print(f"{suite.suite}: nightly run on {host} ({args.backend.name} backend)")
+        executor = args.backend.executor(suite)
         outcome = SuiteOutcome(path, suite)
         try:
             outcomes.append(
@@ -119,6 +103,7 @@ def publish(report: dict[str, Any], args: NightlyArgs) -> None:
 
 
 @app.command()
+@with_backend_options
 def nightly(
     suites_dir: SuitesDir = Path("suites"),
     cadence: CadenceOption = "nightly",
@@ -132,32 +117,14 @@ def nightly(
         typer.Option(help="Skip a suite run today at this commit; resume an interrupted one."),
     ] = False,
     no_mlflow: NoMlflowOption = False,
-    backend: BackendOption = "local",
-    ray_address: RayAddressOption = None,
-    retries: RayRetriesOption = 1,
-    slurm_partition: SlurmPartitionOption = None,
-    slurm_account: SlurmAccountOption = None,
-    slurm_qos: SlurmQosOption = None,
-    slurm_array_parallelism: SlurmArrayOption = None,
-    slurm_folder: SlurmFolderOption = None,
-    sbatch: SbatchOption = None,
+    *,
+    backend: BackendChoice,
 ) -> None:
     """Re-run every trial of the suites of a cadence and report regressions (exit 3)."""
     from harness.nightly.schedule import stop_on_signals
 
-    slurm = (slurm_partition, slurm_account, slurm_qos, slurm_array_parallelism, slurm_folder)
-    options = backend_options(workers, (ray_address, retries), slurm, sbatch)
     args = NightlyArgs(
-        suites_dir,
-        cadence,
-        db,
-        backend,
-        options,
-        host_class,
-        reports,
-        notify,
-        skip_existing,
-        not no_mlflow,
+        suites_dir, cadence, db, backend, host_class, reports, notify, skip_existing, not no_mlflow
     )
     with stop_on_signals() as stop:
         code = run_nightly(args, stop)
@@ -165,6 +132,7 @@ def nightly(
 
 
 @app.command()
+@with_backend_options
 def schedule(
     cron: Annotated[str, typer.Option(help="When to run, in UTC: a cron expression.")],
     suites_dir: SuitesDir = Path("suites"),
@@ -176,15 +144,8 @@ def schedule(
     reports: ReportsOption = Path("reports"),
     notify: NotifyOption = None,
     no_mlflow: NoMlflowOption = False,
-    backend: BackendOption = "local",
-    ray_address: RayAddressOption = None,
-    retries: RayRetriesOption = 1,
-    slurm_partition: SlurmPartitionOption = None,
-    slurm_account: SlurmAccountOption = None,
-    slurm_qos: SlurmQosOption = None,
-    slurm_array_parallelism: SlurmArrayOption = None,
-    slurm_folder: SlurmFolderOption = None,
-    sbatch: SbatchOption = None,
+    *,
+    backend: BackendChoice,
 ) -> None:
     """Run `layerbench nightly` at the times of a cron expression until SIGTERM; a suite already
     run that day at the same commit is skipped."""
@@ -194,12 +155,9 @@ def schedule(
         check_cron(cron)
     except CronError as error:
         raise fail(str(error)) from None
-    backend_factory(backend)  # fail now, not at 2 am
-    nightly_suites(suites_dir, cadence)
-    slurm = (slurm_partition, slurm_account, slurm_qos, slurm_array_parallelism, slurm_folder)
-    options = backend_options(workers, (ray_address, retries), slurm, sbatch)
+    nightly_suites(suites_dir, cadence)  # fail now, not at 2 am
     args = NightlyArgs(
-        suites_dir, cadence, db, backend, options, host_class, reports, notify, True, not no_mlflow
+        suites_dir, cadence, db, backend, host_class, reports, notify, True, not no_mlflow
     )
     console.print(f"scheduled `layerbench nightly {suites_dir}` at '{cron}' (UTC)")
     with stop_on_signals() as stop:

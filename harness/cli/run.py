@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from harness.cli.backends import BackendChoice, with_backend_options
 from harness.cli.common import (
     DbOption,
     NoMlflowOption,
@@ -26,67 +27,15 @@ from harness.console import RichProgress, console
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from harness.registry import BackendFactory
-    from harness.runner.backend import BackendOptions, Executor
+    from harness.runner.backend import Executor
     from harness.service import RunOptions, RunPlan, SuiteRunResult, Tracker
     from harness.spec import Suite
 
-BACKEND_PANEL = "Backend (`layerbench methods` lists them)"
 OnlyOption = Annotated[str | None, typer.Option(help="method=NAME,... (or model=, task=, seed=)")]
-BackendOption = Annotated[
-    str,
-    typer.Option(
-        rich_help_panel=BACKEND_PANEL,
-        help="Where trials run: local (--workers processes here), ray or slurm.",
-    ),
-]
-RayAddressOption = Annotated[
-    str | None,
-    typer.Option(
-        rich_help_panel=BACKEND_PANEL,
-        help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).",
-    ),
-]
-RayRetriesOption = Annotated[
-    int,
-    typer.Option(
-        "--ray-max-retries",
-        min=0,
-        rich_help_panel=BACKEND_PANEL,
-        help="Ray retries of a dead worker.",
-    ),
-]
-SlurmPartitionOption = Annotated[
-    str | None, typer.Option(rich_help_panel=BACKEND_PANEL, help="Slurm partition.")
-]
-SlurmAccountOption = Annotated[
-    str | None, typer.Option(rich_help_panel=BACKEND_PANEL, help="Slurm account.")
-]
-SlurmQosOption = Annotated[
-    str | None, typer.Option(rich_help_panel=BACKEND_PANEL, help="Slurm quality of service.")
-]
-SlurmArrayOption = Annotated[
-    int | None,
-    typer.Option(
-        min=1, rich_help_panel=BACKEND_PANEL, help="Trials queued or running on Slurm at once."
-    ),
-]
-SlurmFolderOption = Annotated[
-    str | None,
-    typer.Option(
-        rich_help_panel=BACKEND_PANEL,
-        help="Slurm jobs' folder, shared with the nodes (suite: slurm.folder).",
-    ),
-]
-SbatchOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        rich_help_panel=BACKEND_PANEL, help="Another sbatch flag as KEY=VALUE (repeatable)."
-    ),
-]
 
 
 @app.command()
+@with_backend_options
 def run(
     suite_path: SuiteArg,
     db: DbOption = None,
@@ -95,74 +44,23 @@ def run(
     force: Annotated[bool, typer.Option(help="Rerun trials that already have a result.")] = False,
     retry_failed: Annotated[bool, typer.Option(help="Rerun failed and timed-out trials.")] = False,
     no_mlflow: NoMlflowOption = False,
-    backend: BackendOption = "local",
-    ray_address: RayAddressOption = None,
-    retries: RayRetriesOption = 1,
-    slurm_partition: SlurmPartitionOption = None,
-    slurm_account: SlurmAccountOption = None,
-    slurm_qos: SlurmQosOption = None,
-    slurm_array_parallelism: SlurmArrayOption = None,
-    slurm_folder: SlurmFolderOption = None,
-    sbatch: SbatchOption = None,
+    *,
+    backend: BackendChoice,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
-    slurm = (slurm_partition, slurm_account, slurm_qos, slurm_array_parallelism, slurm_folder)
-    options = backend_options(workers, (ray_address, retries), slurm, sbatch)
-    chosen = backend_factory(backend)
     suite = load(suite_path)
-    executor = executor_for(chosen, suite, options)
+    executor = backend.executor(suite)
     logs_beside(db)  # before the fork server starts: its trials inherit the file
     prepare_early(suite, executor)
     from harness.service import RunOptions
 
     engine = open_db(db)
-    run_options = RunOptions(only=only, force=force, retry_failed=retry_failed)
+    options = RunOptions(only=only, force=force, retry_failed=retry_failed)
     tracker = None if no_mlflow else mlflow_tracker(engine)
-    outcome = execute(suite, executor, engine, tracker, run_options)
+    outcome = execute(suite, executor, engine, tracker, options)
     print_ranking(build_ranking(suite, engine))
     if outcome.failed:
         raise typer.Exit(1)
-
-
-def backend_options(
-    workers: int,
-    ray: tuple[str | None, int],
-    slurm: tuple[str | None, str | None, str | None, int | None, str | None],
-    sbatch: list[str] | None,
-) -> BackendOptions:
-    """The command line's backend options: `ray` is (address, retries), `slurm` the
-    `--slurm-*` flags (partition, account, qos, array parallelism, folder)."""
-    from harness.runner.backend import BackendOptions
-
-    names = ("partition", "account", "qos", "array_parallelism", "folder")
-    return BackendOptions(
-        workers=workers,
-        ray_address=ray[0],
-        ray_retries=ray[1],
-        slurm=dict(zip(names, slurm, strict=True)),
-        sbatch=tuple(sbatch or ()),
-    )
-
-
-def backend_factory(name: str) -> BackendFactory:
-    """The factory of the backend `name` in `harness.registry.BACKENDS`; an unknown name exits
-    2 with the closest known one."""
-    from harness.registry import BACKENDS, UnknownNameError
-
-    try:
-        return BACKENDS.entry(name).obj
-    except UnknownNameError as error:
-        raise fail(f"--backend: {error}") from None
-
-
-def executor_for(factory: BackendFactory, suite: Suite, options: BackendOptions) -> Executor:
-    """The backend's executor for the suite; a malformed backend option exits 2."""
-    from harness.runner.backend import BackendOptionError
-
-    try:
-        return factory(suite, options)
-    except BackendOptionError as error:
-        raise fail(str(error)) from None
 
 
 def prepare_early(suite: Suite, executor: Executor) -> None:
