@@ -30,8 +30,8 @@ from pathlib import Path
 from sqlalchemy import create_engine
 
 from harness.core import TrialOutcome
-from harness.ranking.rounds import look, wanted_trials
 from harness.ranking.suite import plan_of
+from harness.service.rounds import look, wanted_trials
 from harness.spec.check import load_suite
 from harness.spec.plan import plan_suite
 from harness.spec.schema import Suite

@@ -24,15 +24,9 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from harness.ranking.sequential import (
-    FUTILITY,
-    FUTILITY_FROM_LOOK,
-    conditional_power,
-    half_width_factor,
-    log_mixture,
-    look_sizes,
-)
-from harness.ranking.stats import holm
+from harness.claims.sequential import FUTILITY, FUTILITY_FROM_LOOK
+from harness.stats.paired import holm
+from harness.stats.sequential import conditional_power, half_width_factor, log_mixture, look_sizes
 
 Noise = Literal["normal", "t3"]
 

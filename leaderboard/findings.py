@@ -12,8 +12,8 @@ from urllib.parse import urlencode
 
 import pandas as pd
 
-from harness.ranking.findings import Finding, RecipeCheck
-from harness.ranking.sequential import describe, verdict_note
+from harness.claims import Finding, RecipeCheck
+from harness.claims.sequential import describe, verdict_note
 from harness.ranking.table import EMPTY
 from harness.registry import METRICS
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from harness.claims import Finding
 from harness.core import Status
 from harness.ranking import Ranking, RankRow
-from harness.ranking.findings import Finding
 from harness.ranking.render import to_markdown
 from harness.ranking.suite import RankOverrides, RankPlan, rank_suite
 from harness.registry import METRICS

@@ -108,7 +108,7 @@ def test_ci_is_the_t_interval_by_default_and_a_bootstrap_on_request() -> None:
 
 def test_the_t_interval_covers_the_mean_95_percent_of_the_time_at_3_and_5_seeds() -> None:
     """4,000 normal samples of n = 3 and of n = 5: coverage of the true mean in [0.93, 0.97]."""
-    from harness.ranking.stats import t_ci
+    from harness.stats.intervals import t_ci
 
     rng = np.random.default_rng(2026)
     for n in (3, 5):
@@ -337,7 +337,7 @@ def test_unequal_sweep_sizes_are_warned_about() -> None:
 
 
 def test_seeds_needed_for_a_tie_matches_a_paired_t_power_computation() -> None:
-    from harness.ranking.stats import seeds_needed
+    from harness.stats.paired import seeds_needed
 
     base = [1.0, 1.5, 1.2, 0.9]
     other = [1.05, 1.4, 1.35, 0.95]
@@ -358,7 +358,7 @@ def test_seeds_needed_for_a_tie_matches_a_paired_t_power_computation() -> None:
 
 
 def test_seeds_needed_are_at_holms_strictest_level_when_several_methods_face_the_baseline() -> None:
-    from harness.ranking.stats import seeds_needed
+    from harness.stats.paired import seeds_needed
 
     base = [1.0, 1.5, 1.2, 0.9]
     x, y = [1.05, 1.4, 1.35, 0.95], [1.1, 1.45, 1.3, 1.0]

@@ -15,11 +15,11 @@ from scipy import stats
 
 from harness.core import Status
 from harness.ranking import Ranking, TrialOutcome, format_ranking, group_table, rank, tables
-from harness.ranking.examples import mcnemar_test, weight_name, wilson_ci
 from harness.runner.trial import build, prepare
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.spec.schema import RankSpec
+from harness.stats.examples import mcnemar_test, weight_name, wilson_ci
 from harness.store.db import make_engine, upgrade
 from harness.tasks.base import weight_name as task_weight_name
 from leaderboard.tables import MARKS, rows_frame, summary_frame

@@ -32,11 +32,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from harness.claims import Finding as ClaimFinding
 from harness.core import CellKey, Direction
-from harness.ranking.findings import Finding as ClaimFinding
-from harness.ranking.stats import ROUNDING, finite_or_none, paired_test, t_ci
 from harness.records import DONE
 from harness.spec.schema import RegressionSpec
+from harness.stats.intervals import finite_or_none, t_ci
+from harness.stats.paired import ROUNDING, paired_test
 
 Cell = CellKey
 Key = tuple[str, str, str, str]  # (method, model, task, metric)

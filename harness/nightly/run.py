@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from harness import service
+from harness.claims import Finding as ClaimFinding
 from harness.core import CellKey, RunStatus, cell_of
 from harness.env import cpu_model, git_commit, package_versions
 from harness.nightly.detect import (
@@ -34,7 +35,6 @@ from harness.nightly.detect import (
     verdict_changes,
 )
 from harness.ranking import metric_value, select_tuned
-from harness.ranking.findings import Finding as ClaimFinding
 from harness.ranking.suite import claim_findings, plan_of
 from harness.records import FAILED_STATUSES, PlannedTrial
 from harness.registry import METRICS

@@ -10,13 +10,7 @@ No torch here; only `suite` reads the database.
 """
 
 from harness.core import EvalPoint, TrialOutcome, point_label
-from harness.ranking.outcomes import (
-    Target,
-    each_point,
-    metric_value,
-    select_tuned,
-    target_hit,
-)
+from harness.ranking.outcomes import Target, each_point, target_hit
 from harness.ranking.ranker import profile_scores, rank
 from harness.ranking.records import MethodSummary, Ranking, RankRow
 from harness.ranking.render import (
@@ -27,7 +21,6 @@ from harness.ranking.render import (
     rich_table,
     to_text,
 )
-from harness.ranking.stats import holm, paired_test
 from harness.ranking.table import (
     Cell,
     Column,
@@ -37,6 +30,8 @@ from harness.ranking.table import (
     overall_table,
     tables,
 )
+from harness.stats.outcomes import metric_value, select_tuned
+from harness.stats.paired import holm, paired_test
 
 __all__ = [
     "FORMATS",

@@ -25,7 +25,9 @@ import numpy as np
 
 from harness.core import Direction, SeedKey, Status, TrialOutcome
 from harness.core.status import FAILURE_ORDER
-from harness.ranking.examples import (
+from harness.ranking.records import NOT_SIGNIFICANT, RankRow, Unit, Verdict
+from harness.spec.schema import CIMethod
+from harness.stats.examples import (
     ExampleOutcomes,
     example_ci,
     example_matrix,
@@ -34,18 +36,14 @@ from harness.ranking.examples import (
     weight_name,
     weighted_means,
 )
-from harness.ranking.outcomes import counts_in_comparisons, failure_label, metric_value
-from harness.ranking.records import NOT_SIGNIFICANT, RankRow, Unit, Verdict
-from harness.ranking.stats import (
-    holm,
-    mean_ci,
-    median_ci,
-    paired_test,
-    row_means,
-    row_stds,
-    seeds_needed,
+from harness.stats.intervals import mean_ci, median_ci, row_means, row_stds
+from harness.stats.outcomes import (
+    counts_in_comparisons,
+    failure_label,
+    metric_value,
+    seed_matrix,
 )
-from harness.spec.schema import CIMethod
+from harness.stats.paired import holm, paired_test, seeds_needed
 
 Hits = Mapping[SeedKey, tuple[float, float]]
 Test = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -102,24 +100,15 @@ def build_group(
     examples: ExampleOutcomes | None,
     per_method_points: bool,
 ) -> Group:
-    methods = sorted({o.method for o in outcomes})
-    seeds = sorted({o.seed for o in outcomes})
-    row, col = {m: i for i, m in enumerate(methods)}, {s: j for j, s in enumerate(seeds)}
-    shape = (len(methods), len(seeds))
+    matrix = seed_matrix(outcomes, metric)
+    methods, at = matrix.methods, matrix.at
     labels: list[set[Status]] = [set() for _ in methods]
     sweeps: list[dict[str, Any] | None] = [None] * len(methods)
     trials: list[list[dict[str, Any]]] = [[] for _ in methods]
-    rows, cols, found, counted = [], [], [], []  # per outcome
-    for outcome in outcomes:
-        i = row[outcome.method]
+    for outcome, i in zip(outcomes, at[0], strict=True):
         value = metric_value(outcome, metric)
-        counts = counts_in_comparisons(outcome, value)
-        if value is None and counts:
+        if value is None and counts_in_comparisons(outcome, value):
             labels[i].add(failure_label(outcome))
-        rows.append(i)
-        cols.append(col[outcome.seed])
-        found.append(np.nan if value is None else value)
-        counted.append(counts)
         trials[i].append(
             {
                 "seed": outcome.seed,
@@ -131,32 +120,27 @@ def build_group(
         )
         if per_method_points and outcome.sweep:
             sweeps[i] = dict(outcome.sweep)
-    at = (np.array(rows, dtype=int), np.array(cols, dtype=int))
-    values = np.full(shape, np.nan)
-    present, excluded = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
-    values[at], present[at], excluded[at] = found, counted, np.logical_not(counted)
     steps = times = None
     if hits is not None:
-        steps, times = np.full(shape, np.nan), np.full(shape, np.nan)
+        steps, times = np.full(matrix.values.shape, np.nan), np.full(matrix.values.shape, np.nan)
         reached = [hits[SeedKey(o.method, model, task, o.seed)] for o in outcomes]
         steps[at], times[at] = np.array(reached, dtype=float).reshape(-1, 2).T
-    failed = present & np.isnan(values)
-    failures = [_failure_name(found) for found in labels]
     group = Group(
         task=task,
         model=model,
         methods=methods,
-        values=values,
-        present=present,
-        failed=failed,
-        failures=failures,
+        values=matrix.values,
+        present=matrix.present,
+        failed=matrix.failed,
+        failures=[_failure_name(found) for found in labels],
         sweeps=sweeps,
         trials=trials,
         steps=steps,
         times=times,
-        excluded=excluded,
+        excluded=matrix.excluded,
     )
-    if examples is not None and len(seeds) == 1:
+    if examples is not None and len(matrix.seeds) == 1:
+        row = {method: i for i, method in enumerate(methods)}
         return _by_example(group, outcomes, metric, examples, row) or group
     return group
 

@@ -7,7 +7,7 @@
   the baseline (Holm-adjusted over the group's methods), verdict, seeds needed for a tie, the
   HELM win rate, the rank (methods with no finished seed last; then win rate, fewer failed
   seeds, better mean, name), the tie group (the ranks the Holm-adjusted pairwise tests allow,
-  `harness.ranking.ties`), and the median steps and time to target with their CIs.
+  `harness.stats.ties`), and the median steps and time to target with their CIs.
 - Overall (`rank.aggregate`): mean win rate over groups (HELM; Liang et al., 2022), mean rank,
   `normalized` (mean over groups of the method's mean / the baseline's mean, HELM's normalized
   score), or the AlgoPerf performance profile score (below). The summary is sorted by it.
@@ -25,14 +25,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from harness.core import CellKey, Direction, GroupKey, Status, TrialOutcome, cell_of
-from harness.ranking.examples import ExampleOutcomes
 from harness.ranking.groups import Group, GroupRules, build_group, group_rows, median_times
-from harness.ranking.outcomes import fastest_hits, select_tuned, sweep_sizes, swept
+from harness.ranking.outcomes import fastest_hits, sweep_sizes
 from harness.ranking.records import MethodSummary, Ranking, RankRow
-from harness.ranking.stats import BOOTSTRAP_MIN_N
 from harness.ranking.ties import with_tie_groups
 from harness.registry import METRICS
 from harness.spec.schema import Aggregate, RankSpec
+from harness.stats.examples import ExampleOutcomes
+from harness.stats.intervals import BOOTSTRAP_MIN_N
+from harness.stats.outcomes import select_tuned, swept
 
 R_MAX = 4.0
 """AlgoPerf's largest performance ratio: a method slower than 4x the best scores 0 there."""

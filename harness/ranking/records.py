@@ -10,7 +10,7 @@ from harness.ranking.outcomes import Target
 from harness.spec.schema import Aggregate, CIMethod, Tuning
 
 if TYPE_CHECKING:
-    from harness.ranking.findings import Finding
+    from harness.claims import Finding
 
 Verdict = Literal["better", "worse", "n.s.", "baseline"]
 NOT_SIGNIFICANT: Verdict = "n.s."
@@ -62,7 +62,7 @@ class RankRow:
     time_ci_low: float | None = None
     time_ci_high: float | None = None
     tie_group: str | None = None
-    """The ranks the tests allow ("1-3"; `harness.ranking.ties`); `rank` is the strict one."""
+    """The ranks the tests allow ("1-3"; `harness.stats.ties`); `rank` is the strict one."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class MethodSummary:
     profile_steps: float | None = None
     profile_time: float | None = None
     tie_group: str | None = None
-    """The overall ranks the tests allow (`harness.ranking.ties`)."""
+    """The overall ranks the tests allow (`harness.stats.ties`)."""
 
 
 @dataclass(frozen=True)

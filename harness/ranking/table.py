@@ -9,18 +9,18 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from harness.claims.sequential import SEQUENTIAL_HEADER, describe, verdict_note
 from harness.core import Direction, point_label
 from harness.ranking.records import Ranking, RankRow
-from harness.ranking.sequential import SEQUENTIAL_HEADER, describe, verdict_note
-from harness.ranking.stats import CONFIDENCE_LEVEL
+from harness.stats.intervals import CONFIDENCE_LEVEL
 
 if TYPE_CHECKING:
-    from harness.ranking.findings import RecipeCheck
+    from harness.claims import RecipeCheck
 
 MIN, MAX = Direction.MIN, Direction.MAX
 EMPTY = "\u2013"  # an en dash
 TIE_GROUP = "tie group"
-"""The ranks the tests allow, e.g. "1-3" (`harness.ranking.ties`)."""
+"""The ranks the tests allow, e.g. "1-3" (`harness.stats.ties`)."""
 NEVER = "never"
 CI_NAMES = {"t": "t-interval", "bootstrap": "percentile bootstrap", "bca": "BCa bootstrap"}
 
