@@ -25,7 +25,7 @@ import numpy as np
 
 from harness.core import Direction, SeedKey, Status, TrialOutcome
 from harness.core.status import FAILURE_ORDER
-from harness.ranking.records import NOT_SIGNIFICANT, RankRow, Unit, Verdict
+from harness.ranking.records import NOT_SIGNIFICANT, RankRow, RankVerdict, Unit
 from harness.spec.schema import CIMethod
 from harness.stats.examples import (
     ExampleOutcomes,
@@ -247,7 +247,7 @@ def win_rates(group: Group, alpha: float, direction: Direction) -> np.ndarray:
 @dataclass(frozen=True)
 class BaselineTests:
     p: np.ndarray
-    verdicts: list[Verdict | None]
+    verdicts: list[RankVerdict | None]
     decided_by: list[str | None]
     needed: list[int | None]
 
@@ -273,7 +273,7 @@ def baseline_tests(
     p[decisive] = np.nan
     tested = ~np.isnan(p)
     p[tested] = holm(p[tested])
-    verdicts: list[Verdict | None] = []
+    verdicts: list[RankVerdict | None] = []
     decided: list[str | None] = []
     for k in range(m):
         verdict, how = _verdict(k == b, decisive[k], by_failure[k], p[k], by_diff[k], alpha)
@@ -292,7 +292,7 @@ def baseline_tests(
 
 def _verdict(
     is_baseline: bool, decisive: bool, by_failure: float, p: float, sign: float, alpha: float
-) -> tuple[Verdict | None, str | None]:
+) -> tuple[RankVerdict | None, str | None]:
     if is_baseline:
         return "baseline", None
     if decisive:

@@ -12,8 +12,8 @@ from harness.spec.schema import Aggregate, CIMethod, Tuning
 if TYPE_CHECKING:
     from harness.claims import Finding
 
-Verdict = Literal["better", "worse", "n.s.", "baseline"]
-NOT_SIGNIFICANT: Verdict = "n.s."
+RankVerdict = Literal["better", "worse", "n.s.", "baseline"]
+NOT_SIGNIFICANT: RankVerdict = "n.s."
 """A difference the test does not find significant: not a tie (a tie needs a margin, met)."""
 Unit = Literal["seeds", "examples"]
 
@@ -42,7 +42,7 @@ class RankRow:
     ci_high: float | None
     delta: float | None
     p_value: float | None
-    verdict: Verdict | None
+    verdict: RankVerdict | None
     win_rate: float | None
     rank: int
     failure: str | None = None
