@@ -25,7 +25,15 @@ import numpy as np
 
 from harness.core import Direction, SeedKey, Status, TrialOutcome
 from harness.core.status import FAILURE_ORDER
-from harness.ranking.records import NOT_SIGNIFICANT, RankRow, RankVerdict, Unit
+from harness.ranking.records import (
+    NOT_SIGNIFICANT,
+    BaselineTest,
+    RankRow,
+    RankVerdict,
+    SeedStats,
+    TimeToTarget,
+    Unit,
+)
 from harness.spec.schema import CIMethod
 from harness.stats.examples import (
     ExampleOutcomes,
@@ -355,32 +363,36 @@ def group_rows(group: Group, rules: GroupRules) -> list[RankRow]:
             model=group.model,
             metric=metric,
             method=group.methods[i],
-            mean=_opt(means[i]),
-            std=_opt(stds[i]),
-            n=int(n[i]),
-            n_done=int(n[i] - n_failed[i]),
-            n_failed=int(n_failed[i]),
-            n_excluded=int(excluded[i]),
-            ci_low=_opt(low[i]),
-            ci_high=_opt(high[i]),
-            delta=_opt(deltas[i]),
-            p_value=_opt(tests.p[i]),
-            verdict=tests.verdicts[i],
-            win_rate=_opt(rates[i]),
             rank=position,
-            failure=group.failures[i],
-            decided_by=tests.decided_by[i],  # type: ignore[arg-type]
-            seeds_needed=tests.needed[i],
+            win_rate=_opt(rates[i]),
+            seeds=SeedStats(
+                mean=_opt(means[i]),
+                std=_opt(stds[i]),
+                n=int(n[i]),
+                n_done=int(n[i] - n_failed[i]),
+                n_failed=int(n_failed[i]),
+                ci_low=_opt(low[i]),
+                ci_high=_opt(high[i]),
+                failure=group.failures[i],
+                n_excluded=int(excluded[i]),
+            ),
+            versus=BaselineTest(
+                delta=_opt(deltas[i]),
+                p_value=_opt(tests.p[i]),
+                verdict=tests.verdicts[i],
+                decided_by=tests.decided_by[i],  # type: ignore[arg-type]
+                seeds_needed=tests.needed[i],
+            ),
+            to_target=to_target[i] if to_target else TimeToTarget(),
             sweep=group.sweeps[i],
             trials=sorted(group.trials[i], key=itemgetter("seed")),
             unit=group.unit,
-            **(to_target[i] if to_target else {}),
         )
         for position, i in enumerate(order, start=1)
     ]
 
 
-def _to_target(group: Group) -> list[dict[str, Any]] | None:
+def _to_target(group: Group) -> list[TimeToTarget] | None:
     """Per method: seeds that reach the target, and the median and CI over seeds of the fewest
     steps and least train time to it (a seed that never reaches it is infinite)."""
     if group.steps is None or group.times is None:
@@ -389,12 +401,20 @@ def _to_target(group: Group) -> list[dict[str, Any]] | None:
     for i in range(len(group.methods)):
         present = group.present[i] if group.unit == "seeds" else ~np.isnan(group.steps[i])
         steps, times = group.steps[i][present], group.times[i][present]
-        cells: dict[str, Any] = {"n_reached": int(np.isfinite(steps).sum())}
-        for name, values in (("steps", steps), ("time", times)):
-            median, low, high = median_ci(values)
-            cells[f"{name}_to_target"] = _opt(median) if np.isfinite(median) else None
-            cells[f"{name}_ci_low"], cells[f"{name}_ci_high"] = _opt(low), _opt(high)
-        result.append(cells)
+        (steps_median, steps_low, steps_high), (time_median, time_low, time_high) = (
+            median_ci(values) for values in (steps, times)
+        )
+        result.append(
+            TimeToTarget(
+                n_reached=int(np.isfinite(steps).sum()),
+                steps_to_target=_opt(steps_median),
+                steps_ci_low=_opt(steps_low),
+                steps_ci_high=_opt(steps_high),
+                time_to_target=_opt(time_median),
+                time_ci_low=_opt(time_low),
+                time_ci_high=_opt(time_high),
+            )
+        )
     return result
 
 

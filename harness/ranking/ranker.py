@@ -193,15 +193,16 @@ def profile_scores(workloads: list[dict[str, float]], methods: Iterable[str]) ->
 
 def _normalized(rows: list[RankRow], baseline: str | None) -> dict[str, float | None]:
     """Mean over groups of mean / baseline mean; None where a group lacks either mean."""
-    base = {(r.task, r.model): r.mean for r in rows if r.method == baseline}
+    base = {(r.task, r.model): r.seeds.mean for r in rows if r.method == baseline}
     ratios: dict[str, list[float]] = {}
     missing: set[str] = set()
     for row in rows:
         reference = base.get((row.task, row.model))
-        if row.mean is None or not reference:
+        mean = row.seeds.mean
+        if mean is None or not reference:
             missing.add(row.method)
         else:
-            ratios.setdefault(row.method, []).append(row.mean / reference)
+            ratios.setdefault(row.method, []).append(mean / reference)
     return {
         method: None if method in missing else sum(found) / len(found)
         for method, found in ratios.items()
@@ -227,8 +228,8 @@ def _summarize(
                 method=method,
                 mean_win_rate=sum(rates) / len(rates) if rates else None,
                 mean_rank=sum(row.rank for row in method_rows) / len(method_rows),
-                n_trials=sum(row.n for row in method_rows),
-                n_failed=sum(row.n_failed for row in method_rows),
+                n_trials=sum(row.seeds.n for row in method_rows),
+                n_failed=sum(row.seeds.n_failed for row in method_rows),
                 normalized=normalized.get(method),
                 profile_steps=profiles.get("steps", {}).get(method),
                 profile_time=profiles.get("time", {}).get(method),

@@ -151,15 +151,16 @@ def group_header(ranking: Ranking) -> list[Column]:
 
 
 def _mean(row: RankRow) -> Cell:
-    if row.failure is not None:
-        return Cell(None, row.failure)
-    return number(row.mean)
+    if row.seeds.failure is not None:
+        return Cell(None, row.seeds.failure)
+    return number(row.seeds.mean)
 
 
 def _half_width(row: RankRow) -> Cell:
-    if row.ci_low is None or row.ci_high is None:
+    low, high = row.seeds.ci_low, row.seeds.ci_high
+    if low is None or high is None:
         return number(None)
-    return number((row.ci_high - row.ci_low) / 2, ".2g")
+    return number((high - low) / 2, ".2g")
 
 
 def _median(median: float | None, low: float | None, high: float | None) -> Cell:
@@ -179,8 +180,9 @@ def _excluded(count: int) -> str:
 
 def row_cells(row: RankRow, ranking: Ranking) -> list[Cell]:
     """A row's cells, in the order of `group_header(ranking)`."""
-    verdict = row.verdict
-    if verdict and row.decided_by == "failures":
+    seeds, versus, to_target = row.seeds, row.versus, row.to_target
+    verdict = versus.verdict
+    if verdict and versus.decided_by == "failures":
         verdict_text = f"{verdict} (failures)"
     else:
         verdict_text = verdict or EMPTY
@@ -190,18 +192,24 @@ def row_cells(row: RankRow, ranking: Ranking) -> list[Cell]:
         _method(row),
         _mean(row),
         _half_width(row),
-        number(row.delta, "+.3g"),
-        number(row.p_value, ".3g"),
+        number(versus.delta, "+.3g"),
+        number(versus.p_value, ".3g"),
         Cell(verdict, verdict_text, verdict),
         number(row.win_rate, ".3f"),
-        Cell(row.n_failed, f"{row.n_failed}/{row.n}" + _excluded(row.n_excluded)),
-        Cell(row.seeds_needed, EMPTY if row.seeds_needed is None else str(row.seeds_needed)),
+        Cell(seeds.n_failed, f"{seeds.n_failed}/{seeds.n}" + _excluded(seeds.n_excluded)),
+        Cell(
+            versus.seeds_needed,
+            EMPTY if versus.seeds_needed is None else str(versus.seeds_needed),
+        ),
     ]
     if ranking.target:
         cells += [
-            _median(row.steps_to_target, row.steps_ci_low, row.steps_ci_high),
-            _median(row.time_to_target, row.time_ci_low, row.time_ci_high),
-            Cell(row.n_reached, f"{row.n_reached}/{row.n}" if row.n_reached is not None else EMPTY),
+            _median(to_target.steps_to_target, to_target.steps_ci_low, to_target.steps_ci_high),
+            _median(to_target.time_to_target, to_target.time_ci_low, to_target.time_ci_high),
+            Cell(
+                to_target.n_reached,
+                f"{to_target.n_reached}/{seeds.n}" if to_target.n_reached is not None else EMPTY,
+            ),
         ]
     return cells
 
