@@ -8,9 +8,11 @@
   HELM win rate, the rank (methods with no finished seed last; then win rate, fewer failed
   seeds, better mean, name), the tie group (the ranks the Holm-adjusted pairwise tests allow,
   `harness.stats.ties`), and the median steps and time to target with their CIs.
-- Overall (`rank.aggregate`): mean win rate over groups (HELM; Liang et al., 2022), mean rank,
-  `normalized` (mean over groups of the method's mean / the baseline's mean, HELM's normalized
-  score), or the AlgoPerf performance profile score (below). The summary is sorted by it.
+- Overall (`rank.aggregate`, a statistic of `harness.registry.AGGREGATES`, implemented in
+  `harness.ranking.aggregates`): mean win rate over groups (HELM; Liang et al., 2022), mean
+  rank, `normalized` (mean over groups of the method's mean / the baseline's mean, HELM's
+  normalized score), or the AlgoPerf performance profile score (below). The summary is sorted
+  by it.
 - Performance profile (Dahl et al., 2023). A workload is a (task, model) group; a method's time
   on it is the median over its seeds of the least train time to the target, a seed that never
   reaches it counting as infinite. r = time / the best method's time on the workload. The score
@@ -25,12 +27,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from harness.core import CellKey, Direction, GroupKey, Status, TrialOutcome, cell_of
+from harness.ranking.aggregates import Standing, scores
 from harness.ranking.groups import Group, GroupRules, build_group, group_rows, median_times
 from harness.ranking.outcomes import fastest_hits, sweep_sizes
 from harness.ranking.records import MethodSummary, Ranking, RankRow
 from harness.ranking.ties import with_tie_groups
 from harness.registry import METRICS
-from harness.spec.schema import Aggregate, RankSpec
+from harness.spec.schema import RankSpec
 from harness.stats.examples import ExampleOutcomes
 from harness.stats.intervals import BOOTSTRAP_MIN_N
 from harness.stats.outcomes import select_tuned, swept
@@ -213,39 +216,31 @@ def _summarize(
     rows: list[RankRow],
     baseline: str | None,
     profiles: dict[str, dict[str, float]],
-    aggregate: Aggregate,
+    aggregate: str,
     direction: Direction,
 ) -> list[MethodSummary]:
+    """Each method's summary over its groups, best first by the overall statistic `aggregate`
+    (`harness.ranking.aggregates`; missing scores last), then mean rank, then name."""
     by_method: dict[str, list[RankRow]] = {}
     for row in rows:
         by_method.setdefault(row.method, []).append(row)
     normalized = _normalized(rows, baseline) if baseline else {}
-    summaries = []
+    standings = []
     for method, method_rows in by_method.items():
         rates = [row.win_rate for row in method_rows if row.win_rate is not None]
-        summaries.append(
-            MethodSummary(
-                method=method,
-                mean_win_rate=sum(rates) / len(rates) if rates else None,
-                mean_rank=sum(row.rank for row in method_rows) / len(method_rows),
-                n_trials=sum(row.seeds.n for row in method_rows),
-                n_failed=sum(row.seeds.n_failed for row in method_rows),
-                normalized=normalized.get(method),
-                profile_steps=profiles.get("steps", {}).get(method),
-                profile_time=profiles.get("time", {}).get(method),
-            )
+        summary = MethodSummary(
+            method=method,
+            mean_win_rate=sum(rates) / len(rates) if rates else None,
+            mean_rank=sum(row.rank for row in method_rows) / len(method_rows),
+            n_trials=sum(row.seeds.n for row in method_rows),
+            n_failed=sum(row.seeds.n_failed for row in method_rows),
+            normalized=normalized.get(method),
+            profile_steps=profiles.get("steps", {}).get(method),
+            profile_time=profiles.get("time", {}).get(method),
         )
-    return sorted(summaries, key=lambda s: (*_aggregate_key(s, aggregate, direction), s.method))
-
-
-def _aggregate_key(
-    summary: MethodSummary, aggregate: Aggregate, direction: Direction
-) -> tuple[Any, ...]:
-    """Best first: the chosen aggregate (missing values last), then mean rank."""
-    score = {
-        "mean_win_rate": summary.mean_win_rate,
-        "performance_profile": summary.profile_time,
-        "mean_rank": -summary.mean_rank,
-        "normalized": None if summary.normalized is None else direction.gain(summary.normalized),
-    }[aggregate]
-    return (score is None, -(score or 0.0), summary.mean_rank)
+        standings.append(Standing(summary, method_rows, direction))
+    score = scores(aggregate, standings)
+    return sorted(
+        (s.summary for s in standings),
+        key=lambda s: (score[s.method] is None, -(score[s.method] or 0.0), s.mean_rank, s.method),
+    )

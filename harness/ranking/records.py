@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from harness.core import Direction
 from harness.ranking.outcomes import Target
-from harness.spec.schema import Aggregate, CIMethod, Tuning
+from harness.spec.schema import CIMethod, Tuning
 
 if TYPE_CHECKING:
     from harness.claims import Finding
@@ -148,7 +148,8 @@ class Ranking:
     ci: CIMethod = "t"
     tuning: Tuning = "per_method"
     tune_metric: str | None = None
-    aggregate: Aggregate = "mean_win_rate"
+    aggregate: str = "mean_win_rate"
+    """The overall statistic the summary is sorted by (`harness.registry.AGGREGATES`)."""
     alpha: float = 0.05
     warnings: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)

@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from harness.claims.sequential import SEQUENTIAL_HEADER, describe, verdict_note
 from harness.core import Direction, point_label
+from harness.ranking.aggregates import scores as aggregate_scores
+from harness.ranking.aggregates import standings
 from harness.ranking.records import Ranking, RankRow
+from harness.registry import AGGREGATES
 from harness.stats.intervals import CONFIDENCE_LEVEL
 
 if TYPE_CHECKING:
@@ -241,14 +244,6 @@ def group_table(ranking: Ranking) -> Table:
     )
 
 
-AGGREGATE_NAMES = {
-    "mean_win_rate": "mean win rate",
-    "mean_rank": "mean rank",
-    "normalized": "mean / baseline",
-    "performance_profile": "profile score (time)",
-}
-
-
 def overall_table(ranking: Ranking) -> Table:
     """The methods' standing over every group, sorted by `rank.aggregate`."""
     header = [
@@ -266,6 +261,11 @@ def overall_table(ranking: Ranking) -> Table:
             Column("profile_steps", "profile score (steps)", MAX),
             Column("profile_time", "profile score (time)", MAX),
         ]
+    aggregate = AGGREGATES.entry(ranking.aggregate)
+    scores = {}
+    if aggregate.column is None:  # a registered statistic the table has no column for
+        header.append(Column(aggregate.name, aggregate.label, MAX))
+        scores = aggregate_scores(aggregate.name, standings(ranking))
     rows = []
     for position, summary in enumerate(ranking.summary, start=1):
         cells = [
@@ -280,9 +280,10 @@ def overall_table(ranking: Ranking) -> Table:
         ]
         if ranking.target:
             cells += [number(summary.profile_steps, ".3f"), number(summary.profile_time, ".3f")]
+        if aggregate.column is None:
+            cells.append(number(scores[summary.method], ".4g"))
         rows.append(cells)
-    by = AGGREGATE_NAMES[ranking.aggregate]
-    return Table(f"Overall (by {by})", header, [Section("", rows)])
+    return Table(f"Overall (by {aggregate.label})", header, [Section("", rows)])
 
 
 FINDINGS_HEADER = [
