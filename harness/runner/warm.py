@@ -122,7 +122,8 @@ def train_task(spec: dict[str, Any]) -> Task:
     task_entry = TASKS.entry(spec["type"])
     if not isinstance(task_entry, TrainTaskEntry):
         raise TypeError("a training trial needs a trainable model and a training task")
-    return task_entry.obj(section(task_entry, spec))
+    # each Task subclass takes its validated section (`Task` itself declares no constructor)
+    return task_entry.obj(section(task_entry, spec))  # type: ignore[call-arg]
 
 
 def warm_up(spec: Mapping[str, Any]) -> None:
