@@ -1,5 +1,5 @@
-"""Error rates, power and seeds used of sequential seeds (harness.ranking.sequential), by
-simulation: docs/sequential.md.
+"""Error rates, power and seeds used of sequential seeds (harness.stats.sequential,
+harness.claims.sequential), by simulation: docs/sequential.md.
 
     python benchmarks/sequential.py --reps 20000 --initial 3 --step 3 --max 24 [--markdown]
 

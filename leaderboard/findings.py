@@ -1,5 +1,5 @@
 """The Findings page's table, verdict first: one row per `expect` claim and recipe of the suites
-that state claims, with the verdicts of `harness.ranking.findings` (those `layerbench rank`
+that state claims, with the verdicts of `harness.claims` (those `layerbench rank`
 prints). The claim is a short sentence ("mix-ln < pre-ln on val_loss"), then the recipe, the
 verdict, the difference with its interval, the seeds, and the paper as its arXiv id (the full
 source text is in the page's expander), so that nothing a reader needs is off-screen."""

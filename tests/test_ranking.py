@@ -18,14 +18,13 @@ from harness.ranking import (
     TrialOutcome,
     format_ranking,
     group_table,
-    holm,
-    paired_test,
     rank,
     rich_table,
-    select_tuned,
 )
 from harness.registry import RegistryError
 from harness.spec.schema import RankSpec
+from harness.stats.outcomes import select_tuned
+from harness.stats.paired import holm, paired_test
 from tests.factories import outcomes, scipy_percentile_ci
 
 ROW_KEYS = [

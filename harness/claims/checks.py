@@ -127,7 +127,7 @@ def _sequential_findings(
     alpha: float,
     schedule: SeedSchedule,
 ) -> list[Finding]:
-    """The findings under sequential seeds (`harness.ranking.sequential.decide`); degenerate
+    """The findings under sequential seeds (`harness.claims.sequential.decide`); degenerate
     checks are not tested and take no part in it."""
     tested = [i for i, c in enumerate(pending) if not c.degenerate]
     inputs = [

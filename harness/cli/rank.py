@@ -88,9 +88,9 @@ def plan_lines(
     statuses: dict[str, str],
 ) -> list[str]:
     """One line per trial: key, status, value of the ranking metric, tuned mark, label."""
-    from harness.ranking import metric_value, select_tuned
     from harness.registry import METRICS
     from harness.spec.schema import tuning_seeds
+    from harness.stats.outcomes import metric_value, select_tuned
 
     metric = suite.rank.metric
     tune_metric = suite.rank.tune_metric or metric

@@ -34,7 +34,6 @@ from harness.nightly.detect import (
     detect,
     verdict_changes,
 )
-from harness.ranking import metric_value, select_tuned
 from harness.ranking.suite import claim_findings, plan_of
 from harness.records import FAILED_STATUSES, PlannedTrial
 from harness.registry import METRICS
@@ -43,6 +42,7 @@ from harness.service.run import Display, ProgressDisplay, Tracker
 from harness.spec import Suite
 from harness.spec.declaration import declared_ranking
 from harness.spec.schema import tuning_seeds
+from harness.stats.outcomes import metric_value, select_tuned
 from harness.store.db import finite
 from harness.store.models import Alert, SuiteRun
 from harness.store.nightly import (

@@ -9,7 +9,7 @@ mean, std or CI (shown as diverged). A crashed or timed-out seed (an infrastruct
 it (`n_excluded`).
 
 With `unit = "examples"` (one seed per method, per-example outcomes given), the columns are
-examples instead of seeds and the intervals and tests are those of `harness.ranking.examples`.
+examples instead of seeds and the intervals and tests are those of `harness.stats.examples`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`rank`: outcomes -> a `Ranking` (rows per (task, model) group, the overall summary).
 
 - Groups. Statistics are per (task, model) group, per method, over seeds, after the sweep
-  points are tuned (`harness.ranking.outcomes.select_tuned`). A task whose finished trials do
+  points are tuned (`harness.stats.outcomes.select_tuned`). A task whose finished trials do
   not report the metric is left out (a perplexity task has no `acc`).
 - Per group (`harness.ranking.groups`): mean, sd, the 95% CI (`rank.ci`), the paired test vs
   the baseline (Holm-adjusted over the group's methods), verdict, seeds needed for a tie, the

@@ -153,7 +153,7 @@ class Ranking:
     alpha: float = 0.05
     warnings: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
-    """Verdicts of the suite's `expect` claims (`harness.ranking.findings`)."""
+    """Verdicts of the suite's `expect` claims (`harness.claims`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""

@@ -255,7 +255,7 @@ SEQUENTIAL_WARNING = (
 def compared_claims(plan: RankPlan, outcomes: Sequence[TrialOutcome]) -> tuple[Claim, ...]:
     """The plan's `expect` claims; under sequential seeds without claims, each method against
     the baseline (two-sided: `better` is decided either way), the comparisons that steer the
-    seeds (`harness.ranking.rounds`)."""
+    seeds (`harness.service.rounds`)."""
     if not implicit_claims(plan):
         return plan.claims
     methods = sorted({o.method for o in outcomes} - {plan.baseline})

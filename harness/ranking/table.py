@@ -349,7 +349,7 @@ def findings_title(ranking: Ranking) -> str:
 
 
 def findings_table(ranking: Ranking) -> Table | None:
-    """One row per claim and recipe (`harness.ranking.findings`); None without claims."""
+    """One row per claim and recipe (`harness.claims`); None without claims."""
     if not ranking.findings:
         return None
     rows = []

@@ -239,7 +239,7 @@ class RankSpec(StrictModel):
 class Claim(StrictModel):
     """A published claim the suite tests (`expect`): `method` is `direction` than `than` on
     `metric`; `recipes` are the suite's models it is checked under (verdicts in
-    `harness.ranking.findings`)."""
+    `harness.claims`)."""
 
     method: str
     than: str | None = None  # None: the suite's baseline
@@ -276,7 +276,7 @@ class SeedSchedule(StrictModel):
 
 def tuning_seeds(schedule: SeedSchedule | None) -> int | None:
     """The seeds sweep points are chosen on: a sequential schedule's initial ones (later seeds run
-    the chosen point alone, `harness.ranking.rounds`); None: every seed (a fixed design)."""
+    the chosen point alone, `harness.service.rounds`); None: every seed (a fixed design)."""
     return schedule.initial if schedule is not None else None
 
 

@@ -1,7 +1,7 @@
 """The level of each task's trivial predictor: a model that learned nothing about the inputs.
 
 A method whose metric is not better than this level "stays at the trivial predictor": it did
-not train. `harness.ranking.findings` uses it to call a claim between two such methods
+not train. `harness.claims` uses it to call a claim between two such methods
 degenerate (not tested) instead of reading noise around that level as a difference.
 
 - `lm`: the unigram predictor of the training split (token frequencies with add-one smoothing),
