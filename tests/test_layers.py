@@ -1,5 +1,5 @@
-"""Architecture: imports flow one way (stats -> spec -> methods/models/tasks -> runner -> store ->
-tracking -> claims -> ranking -> service -> nightly -> cli/leaderboard), checked by
+"""Architecture: imports flow one way (stats -> spec -> methods/models/tasks -> claims -> runner
+-> store -> tracking -> ranking -> service -> nightly -> cli/leaderboard), checked by
 import-linter's contract in pyproject.toml, and no module imports itself through others."""
 
 from __future__ import annotations
