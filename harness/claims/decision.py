@@ -53,8 +53,8 @@ class PairedCheck:
 def _seeds_needed(
     claim: Claim, check: PairedCheck, alpha: float, each: float
 ) -> tuple[int | None, str | None]:
-    """See the module doc: for a tie at `alpha`, else at `each` (Holm's strictest level); or
-    why there is no such number."""
+    """The seeds needed (`harness.claims.checks`): for a tie at `alpha`, else at `each` (Holm's
+    strictest level); or why there is no such number."""
     if check.delta is None:
         return None, None
     if claim.direction == "tie":
@@ -72,7 +72,7 @@ def _seeds_needed(
 def _holm_interval(
     check: PairedCheck, p: float | None, alpha: float
 ) -> tuple[tuple[float | None, float | None] | None, float | None]:
-    """The interval matching the Holm-adjusted p (module doc), and its level."""
+    """The interval matching the Holm-adjusted p (`harness.claims.checks`), and its level."""
     if p is None or check.p is None or check.n < 2 or p <= 0 or check.p <= 0:
         return None, None
     level = 1 - alpha * check.p / p

@@ -63,7 +63,7 @@ class RecipeCheck:
     """The unadjusted two-sided p-value."""
     holm_ci: tuple[float | None, float | None] | None = None
     holm_level: float | None = None
-    """The interval matching the Holm-adjusted p, and its level (see the module doc)."""
+    """The interval matching the Holm-adjusted p, and its level (`harness.claims.checks`)."""
     median_delta: float | None = None
     sign_p: float | None = None
     """Exact two-sided sign test of the paired differences."""

@@ -153,7 +153,8 @@ def conditional_power(
     margin: float | None = None,
 ) -> np.ndarray:
     """P(the interval at `max_n` seeds decides | the mean and sd after n seeds are the truth),
-    by the normal approximation of the remaining seeds' mean (module doc); vectorised."""
+    by the normal approximation of the remaining seeds' mean (futility:
+    `harness.claims.sequential`); vectorised."""
     from scipy import stats
 
     n, mean = np.asarray(n, dtype=float), np.asarray(mean, dtype=float)
