@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from harness.methods.pruning import Criterion  # noqa: F401 (named in strings)
     from harness.methods.quantization import Importance, Scheme  # noqa: F401
     from harness.models.pretrained import LoadedModel
+    from harness.ranking.aggregates import Standing
     from harness.runner.backend import BackendOptions, Executor
     from harness.spec import Suite
     from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec
@@ -462,4 +463,40 @@ def all_modules() -> list[str]:
     processes' fork server, so each trial starts with them loaded)."""
     return sorted(
         {entry.module for r in FAMILIES.values() for entry in r.entries() if entry.module}
+    )
+
+
+# Overall ranking statistics (`rank.aggregate`), declared here so a suite names one without
+# importing the ranking; their implementations live in `harness.ranking.aggregates`.
+
+AggregateScore = Callable[["Standing"], float | None]
+"""A method's standing over all groups -> its score, higher is better (None: undefined, sorted
+last)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AggregateEntry(Entry[AggregateScore]):
+    """An overall statistic that orders the summary. `label` names it in the overall table's
+    title; `column` is the key of the overall table's column that shows it (None: the table
+    adds a column of its scores); `needs_target` when it reads the time to `rank.target`."""
+
+    label: str
+    column: str | None = None
+    needs_target: bool = False
+
+
+AGGREGATES = Registry("overall statistic", AggregateEntry)
+for _name, _label, _column, _target, _summary in [
+    ("mean_win_rate", "mean win rate", "mean_win_rate", False, "HELM's mean win rate"),
+    ("mean_rank", "mean rank", "mean_rank", False, "the mean over groups of the rank"),
+    ("normalized", "mean / baseline", "normalized", False, "mean over groups of mean / baseline"),
+    ("performance_profile", "profile score (time)", "profile_time", True, "AlgoPerf's score"),
+]:
+    AGGREGATES.add(
+        _name,
+        f"harness.ranking.aggregates:{_name}",
+        label=_label,
+        column=_column,
+        needs_target=_target,
+        summary=_summary,
     )

@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
 
 from benchmarks.browser import chromium_path
+from harness.claims import Finding, degenerate_pairs, findings
 from harness.core import TrialOutcome
-from harness.ranking.findings import Finding, degenerate_pairs, findings
 from harness.ranking.suite import RankPlan, ranked_metrics
 from harness.spec import SuiteError, load_suite
 from harness.spec.declaration import declared_ranking

@@ -15,8 +15,8 @@ import torch
 
 from harness.runner import warm
 from harness.runner.local import context, forked_trial, run_local
-from harness.runner.trial import run_trial, train_task
-from harness.runner.warm import warm_spec
+from harness.runner.trial import run_trial
+from harness.runner.warm import train_task, warm_spec
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.tasks.lm import LMTask

@@ -58,7 +58,14 @@ def nightly_suites(directory: Path, cadence: str) -> list[tuple[Path, Suite]]:
 def run_nightly(args: NightlyArgs, stop: threading.Event) -> int:
     """One nightly run of every suite of the cadence; returns the exit code (SPEC 10)."""
     from harness.nightly import report as reports
-    from harness.nightly.run import SuiteOutcome, exit_code, host_class, machine, run_suite, today
+    from harness.nightly.run import (
+        SuiteOutcome,
+        exit_code,
+        host_class,
+        machine,
+        run_nightly_suite,
+        today,
+    )
     from harness.runner.backend import BackendUnavailableError
 
     suites = nightly_suites(args.suites_dir, args.cadence)
@@ -74,7 +81,7 @@ def run_nightly(args: NightlyArgs, stop: threading.Event) -> int:
         outcome = SuiteOutcome(path, suite)
         try:
             outcomes.append(
-                run_suite(
+                run_nightly_suite(
                     engine, outcome, executor, stop, host, args.skip_existing, tracker, RichProgress
                 )
             )

@@ -38,10 +38,9 @@ from harness.registry import (
     TASKS,
     EvalTaskEntry,
     PretrainedModelEntry,
-    TrainTaskEntry,
 )
 from harness.runner.posttrain import compress
-from harness.runner.warm import prebuilt_task
+from harness.runner.warm import prebuilt_task, train_task
 from harness.spec.plan import section, trial_threads, trial_versions
 from harness.spec.resolve import resolve_compile, resolve_precision
 from harness.spec.schema import TrialSettings
@@ -173,14 +172,6 @@ def build(config: dict[str, Any], settings: TrialSettings) -> BuiltTrial:
     return BuiltTrial(
         settings, task, model, optimizer, scheduler, device, config["seed"], probe_inputs, loss
     )
-
-
-def train_task(spec: dict[str, Any]) -> Task:
-    """The training task of a task section (a pure function of the section)."""
-    task_entry = TASKS.entry(spec["type"])
-    if not isinstance(task_entry, TrainTaskEntry):
-        raise TypeError("a training trial needs a trainable model and a training task")
-    return task_entry.obj(section(task_entry, spec))
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:

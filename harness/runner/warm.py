@@ -35,7 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 from harness.logs import detach_stream_handlers
 from harness.records import PlannedTrial
-from harness.registry import MODELS, TASKS, EvalTaskEntry, PretrainedModelEntry, RegistryError
+from harness.registry import (
+    MODELS,
+    TASKS,
+    EvalTaskEntry,
+    PretrainedModelEntry,
+    RegistryError,
+    TrainTaskEntry,
+)
 from harness.utils import end_startup
 
 if TYPE_CHECKING:
@@ -108,6 +115,17 @@ def _server_pid() -> int | None:
     return forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined,no-any-return]
 
 
+def train_task(spec: dict[str, Any]) -> Task:
+    """The training task of a task section (a pure function of the section)."""
+    from harness.spec.plan import section
+
+    task_entry = TASKS.entry(spec["type"])
+    if not isinstance(task_entry, TrainTaskEntry):
+        raise TypeError("a training trial needs a trainable model and a training task")
+    # each Task subclass takes its validated section (`Task` itself declares no constructor)
+    return task_entry.obj(section(task_entry, spec))  # type: ignore[call-arg]
+
+
 def warm_up(spec: Mapping[str, Any]) -> None:
     """Prepare this process (the fork server) for the trials of `spec` (see the module doc)."""
     import importlib
@@ -117,8 +135,6 @@ def warm_up(spec: Mapping[str, Any]) -> None:
             importlib.import_module(module)
         except ImportError:
             log.debug("warm: %s is not installed", module)
-    from harness.runner.trial import train_task
-
     for section in spec.get("tasks", []):
         try:
             _tasks[task_key(section)] = train_task(section)

@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from harness.registry import AGGREGATES
+
 SLUG = r"^[a-z0-9][a-z0-9-]*$"
 DEFAULT_THREADS = 1
 """A trial's intra-op torch threads unless its suite's `resources.cpus` says otherwise (every
@@ -204,8 +206,16 @@ class TargetSpec(StrictModel):
 
 Tuning = Literal["per_method", "per_seed"]
 CIMethod = Literal["t", "bootstrap", "bca"]
-Aggregate = Literal["mean_win_rate", "performance_profile", "mean_rank", "normalized"]
 ClaimDirection = Literal["better", "worse", "tie"]
+
+
+def known_aggregate(name: str) -> str:
+    """An overall statistic of `harness.registry.AGGREGATES` (an unknown one: "did you mean")."""
+    AGGREGATES.entry(name)
+    return name
+
+
+Aggregate = Annotated[str, AfterValidator(known_aggregate)]
 
 
 class RankSpec(StrictModel):
@@ -220,16 +230,16 @@ class RankSpec(StrictModel):
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
 
     @model_validator(mode="after")
-    def profile_needs_target(self) -> RankSpec:
-        if self.aggregate == "performance_profile" and self.target is None:
-            raise ValueError("aggregate performance_profile needs a `target`")
+    def aggregate_target(self) -> RankSpec:
+        if AGGREGATES.entry(self.aggregate).needs_target and self.target is None:
+            raise ValueError(f"aggregate {self.aggregate} needs a `target`")
         return self
 
 
 class Claim(StrictModel):
     """A published claim the suite tests (`expect`): `method` is `direction` than `than` on
     `metric`; `recipes` are the suite's models it is checked under (verdicts in
-    `harness.ranking.findings`)."""
+    `harness.claims`)."""
 
     method: str
     than: str | None = None  # None: the suite's baseline
@@ -266,7 +276,7 @@ class SeedSchedule(StrictModel):
 
 def tuning_seeds(schedule: SeedSchedule | None) -> int | None:
     """The seeds sweep points are chosen on: a sequential schedule's initial ones (later seeds run
-    the chosen point alone, `harness.ranking.rounds`); None: every seed (a fixed design)."""
+    the chosen point alone, `harness.service.rounds`); None: every seed (a fixed design)."""
     return schedule.initial if schedule is not None else None
 
 

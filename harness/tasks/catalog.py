@@ -25,7 +25,7 @@ from harness.core import Direction
 from harness.registry import SYNTHETIC_KINDS, TASKS, TOKENIZERS, EvalTaskEntry, declare_metrics
 from harness.spec.schema import StrictModel
 from harness.tasks.corpora import check_corpus_name, load_corpus
-from harness.tasks.trivial import lm_trivial, synthetic_trivial
+from harness.tasks.trivial import SYNTHETIC_SETS, lm_trivial, synthetic_trivial
 
 
 def known_corpus(cls: type, corpus: str) -> str:
@@ -144,10 +144,6 @@ def files_digest(folder: Path) -> str:
             digest.update(path.relative_to(folder).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-SYNTHETIC_SETS = ("id", "test", "ood")
-"""A synthetic task's evaluation sets (`test` only at the final evaluation)."""
 
 
 def corpus_fingerprint(spec: LMTaskSpec) -> str:
