@@ -117,9 +117,6 @@ class WdScaleParams(ParamsModel):
     """The width at which `lr` and `weight_decay` were tuned."""
 
 
-"""The layout fields of `quantize` a scheme may honour (QuantizerEntry.options)."""
-
-
 # placement.py
 NORM_PLACEMENTS.declare("pre", "harness.methods.placement:PreNorm")
 NORM_PLACEMENTS.declare("post", "harness.methods.placement:PostNorm")
