@@ -71,4 +71,3 @@ class RankingDeclaration(BaseModel):
 
 def _known(stored: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
     return {key: value for key, value in stored.items() if key in model.model_fields}
-
