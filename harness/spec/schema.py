@@ -247,9 +247,13 @@ class TrialSettings(StrictModel):
     time_limit_s: PositiveFloat = Field(
         900.0, description="A trial running longer ends as `timeout` (seconds)."
     )
-    train: TrainSpec = Field(TrainSpec(), description="The training loop's budget and schedule.")
+    train: TrainSpec = Field(
+        TrainSpec(),
+        description="The training loop: steps, batch size, learning-rate schedule, evaluations.",
+    )
     optimizer: OptimizerSpec = Field(
-        OptimizerSpec(), description="The optimizer and its hyperparameters (SPEC 5.3)."
+        OptimizerSpec(),
+        description="The optimizer, its hyperparameters and a layerwise treatment (SPEC 5.3).",
     )
     norm: NormSpec = Field(
         NormSpec(), description="Where the norms sit in a block and which norm (SPEC 5.1-5.2)."
