@@ -85,3 +85,24 @@ def test_sections_are_a_union_discriminated_by_type(schema: dict[str, Any]) -> N
     ):
         assert messages(schema, suite_with(models={"tiny": bad})), bad
     assert messages(schema, suite_with(tasks={"bytes": {"type": "lm", "kind": "x"}}))
+
+
+def test_a_section_describes_the_parameters_of_the_entry_it_names(schema: dict[str, Any]) -> None:
+    """A norm, optimizer, layerwise or synthetic section's further keys are the parameters of the
+    entry it names: an editor offers them, and a value out of range is flagged."""
+    good = {
+        "mix": {"norm": {"placement": "mix", "post_fraction": 0.5, "type": "dyt", "alpha_init": 1}},
+        "muon": {"optimizer": {"name": "muon", "ns_steps": 3, "layerwise": {"name": "lisa"}}},
+        "partial": {"norm": {"post_fraction": 0.5}},  # its placement comes from elsewhere
+    }
+    synthetic = {"adds": {"type": "synthetic", "kind": "modular-addition", "modulus": 13}}
+    assert messages(schema, suite_with(methods=good, tasks=synthetic)) == []
+    for method in (
+        {"norm": {"placement": "mix", "post_fraction": 2}},
+        {"norm": {"type": "dyt", "alpha_init": -1}},
+        {"optimizer": {"name": "muon", "ns_dtype": "float16"}},
+        {"optimizer": {"layerwise": {"name": "lisa", "interval": 0}}},
+    ):
+        assert messages(schema, suite_with(methods={"bad": method})), method
+    modulus = {"adds": {"type": "synthetic", "kind": "modular-addition", "modulus": 1}}
+    assert messages(schema, suite_with(tasks=modulus))

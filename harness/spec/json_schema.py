@@ -5,7 +5,10 @@ It is Pydantic's schema of `Suite`, every field described where it is declared, 
 addition: a model or task section, a plain mapping in `Suite` (its fields are checked against
 its registry entry's schema after the type is known, `harness.spec.check`), is described here as
 a union discriminated by `type` over the registered entries' schemas, so an editor offers the
-fields of the type written. Validation at run time does not use this schema.
+fields of the type written. Likewise a section whose further keys are the parameters of the entry
+one of its fields names (`norm: {placement: mix, post_fraction: 0.3}`) describes those
+parameters for each entry (`if` that field names it, `then` its parameters). Validation at run
+time does not use this schema.
 """
 
 from __future__ import annotations
@@ -15,24 +18,47 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from harness.registry import MODELS, TASKS, Entry, Registry
-from harness.spec.schema import Suite
+from harness.registry import (
+    LAYERWISE,
+    MODELS,
+    NORM_PLACEMENTS,
+    NORM_TYPES,
+    OPTIMIZERS,
+    SYNTHETIC_KINDS,
+    TASKS,
+    Entry,
+    Registry,
+)
+from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec, Suite
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SECTIONS: dict[str, Registry[Any]] = {"models": MODELS, "tasks": TASKS}
 """The suite fields whose sections are typed by a registry entry, and that registry."""
+Refs = dict[tuple[type[BaseModel], JsonSchemaMode], dict[str, str]]
+
+
+def named_params() -> list[tuple[type[BaseModel], str, Registry[Any]]]:
+    """(a section's model, its field, a registry): the section takes the parameters of the entry
+    its field names as further keys (a synthetic task, when that type is registered, its kind's)."""
+    named: list[tuple[type[BaseModel], str, Registry[Any]]] = [
+        (NormSpec, "placement", NORM_PLACEMENTS),
+        (NormSpec, "type", NORM_TYPES),
+        (OptimizerSpec, "name", OPTIMIZERS),
+        (LayerwiseSpec, "name", LAYERWISE),
+    ]
+    synthetic = TASKS.entry("synthetic").params if "synthetic" in TASKS else None
+    return named + ([(synthetic, "kind", SYNTHETIC_KINDS)] if synthetic is not None else [])
 
 
 def suite_json_schema() -> dict[str, Any]:
-    """The JSON Schema of a suite file, with every registered model and task type."""
-    params = [
-        entry.params
-        for registry in SECTIONS.values()
-        for entry in registry.entries()
-        if entry.params is not None
-    ]
+    """The JSON Schema of a suite file, with every registered model and task type and every
+    registered method's parameters."""
+    named = named_params()
+    registries = [*SECTIONS.values(), *(registry for _, _, registry in named)]
+    params = [e.params for r in registries for e in r.entries() if e.params is not None]
+    models = [Suite, *(model for model, _, _ in named), *params]
     wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [
-        (model, "validation") for model in [Suite, *dict.fromkeys(params)]
+        (model, "validation") for model in dict.fromkeys(models)
     ]
     refs, definitions = models_json_schema(wanted, title="LayerBench suite")
     defs: dict[str, Any] = definitions["$defs"]
@@ -51,6 +77,8 @@ def suite_json_schema() -> dict[str, Any]:
         for name, branch in branches.items():
             defs[f"{field}.{name}"] = branch
         schema["properties"][field]["additionalProperties"] = section_union(field, branches)
+    for model, field, registry in named:
+        describe_params(defs, refs, model, field, registry)
     return {**schema, "$defs": defs}
 
 
@@ -89,3 +117,21 @@ def type_description(entry: Entry[Any]) -> str:
     if declared is not None and declared.description:
         return declared.description
     return entry.summary or f"A {entry.family} of type '{entry.name}'."
+
+
+def describe_params(
+    defs: dict[str, Any], refs: Refs, model: type[BaseModel], field: str, registry: Registry[Any]
+) -> None:
+    """Add to `model`'s definition, for each entry of `registry` with parameters: if `field`
+    names the entry, then the section's further keys are those parameters."""
+    definition = defs[ref_name(refs[(model, "validation")])]
+    for entry in registry.entries():
+        if entry.params is None or not entry.params.model_fields:
+            continue
+        declared = defs[ref_name(refs[(entry.params, "validation")])]
+        definition.setdefault("allOf", []).append(
+            {
+                "if": {"properties": {field: {"const": entry.name}}, "required": [field]},
+                "then": {"properties": declared["properties"]},
+            }
+        )
