@@ -13,6 +13,7 @@ time does not use this schema.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -34,7 +35,7 @@ from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec, Suite
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SECTIONS: dict[str, Registry[Any]] = {"models": MODELS, "tasks": TASKS}
 """The suite fields whose sections are typed by a registry entry, and that registry."""
-Refs = dict[tuple[type[BaseModel], JsonSchemaMode], dict[str, str]]
+Refs = Mapping[tuple[Any, JsonSchemaMode], dict[str, Any]]
 
 
 def named_params() -> list[tuple[type[BaseModel], str, Registry[Any]]]:
@@ -82,12 +83,12 @@ def suite_json_schema() -> dict[str, Any]:
     return {**schema, "$defs": defs}
 
 
-def ref_name(ref: dict[str, str]) -> str:
+def ref_name(ref: dict[str, Any]) -> str:
     """The name in `$defs` of a `{"$ref": "#/$defs/NAME"}`."""
-    return ref["$ref"].rsplit("/", 1)[-1]
+    return str(ref["$ref"]).rsplit("/", 1)[-1]
 
 
-def section_branch(entry: Entry[Any], ref: dict[str, str] | None) -> dict[str, Any]:
+def section_branch(entry: Entry[Any], ref: dict[str, Any] | None) -> dict[str, Any]:
     """The schema of a section of `entry`'s type: its parameter schema (any fields where it
     declares none) with `type` pinned to the entry's name."""
     pinned = {"const": entry.name, "description": type_description(entry)}
