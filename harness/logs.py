@@ -102,6 +102,10 @@ def can_write(path: Path) -> bool:
     return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
 
 
+_noted: set[str] = set()
+"""The fallback notes this process has printed."""
+
+
 def writable_log_file(path: Path, fallback: Path | None) -> Path:
     """`path` if this process may write it, else `fallback` if it may write that, else the null
     device (no file); a fallback is said once, in one line on LayerBench's logger."""
@@ -114,10 +118,6 @@ def writable_log_file(path: Path, fallback: Path | None) -> Path:
         _noted.add(note)
         logging.getLogger("layerbench").warning(note + " (--verbose shows them)")
     return chosen
-
-
-_noted: set[str] = set()
-"""The fallback notes this process has printed."""
 
 
 def route_logs(path: Path, fallback: Path | None = None) -> None:
