@@ -89,6 +89,7 @@ def layerbench_as_user(
     )
 
 
+@pytest.mark.slow
 def test_an_unwritable_cache_leaves_no_log_file_and_says_so_once(
     read_only_folder: Path, postgres_url: str
 ) -> None:
