@@ -211,10 +211,10 @@ ModelBuilder = Callable[[Any, "NormSpec", int], "nn.Module"]
 PretrainedLoader = Callable[[Any], "LoadedModel"]
 """The model section -> a pretrained model and its tokenizer."""
 Fingerprint = Callable[[Any], str]
+"""The task section -> a hash of the data it reads (cheap: no tokenizing, no torch)."""
 TrivialLevels = Callable[[Any], dict[str, float]]
 """The task section -> the value of each metric a trivial predictor scores (torch-free; see
 harness/tasks/trivial.py)."""
-"""The task section -> a hash of the data it reads (cheap: no tokenizing, no torch)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -40,7 +40,7 @@ from harness.registry import METRICS
 from harness.runner.backend import Executor
 from harness.service.run import Display, ProgressDisplay, Tracker
 from harness.spec import Suite
-from harness.spec.declaration import declared_ranking
+from harness.spec.declaration import RankingDeclaration
 from harness.spec.schema import tuning_seeds
 from harness.stats.outcomes import metric_value, select_tuned
 from harness.store.db import finite
@@ -122,7 +122,7 @@ class NightlyRecord:
                 self.skipped = f"already run today at this commit (suite run #{self.run.id})"
                 return []
         if self.run is None:
-            declared = declared_ranking(suite)
+            declared = RankingDeclaration.of_suite(suite)
             self.run = start_nightly_run(
                 store, suite.suite, suite.cadence, len(planned), declared, self.host, machine()
             )

@@ -37,13 +37,23 @@ def known_corpus(cls: type, corpus: str) -> str:
 class LMTaskSpec(StrictModel):
     """A task section of type `lm`."""
 
-    type: Literal["lm"] = "lm"
-    corpus: str = "shakespeare"
-    tokenizer: str = "byte"
-    seq_len: PositiveInt = 128
-    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    split_seed: int = 0
+    type: Literal["lm"] = Field(
+        "lm", description="Train and evaluate causal language modelling on a corpus."
+    )
+    corpus: str = Field(
+        "shakespeare", description="A registered corpus (shakespeare), or `file:PATH`."
+    )
+    tokenizer: str = Field("byte", description="A registered tokenizer (byte, char, ...).")
+    seq_len: PositiveInt = Field(128, description="Tokens per training and evaluation window.")
+    val_fraction: float = Field(
+        0.1, gt=0.0, lt=1.0, description="The fraction of the documents in the validation split."
+    )
+    test_fraction: float = Field(
+        0.1, gt=0.0, lt=1.0, description="The fraction of the documents in the test split."
+    )
+    split_seed: int = Field(
+        0, description="The seed of the split by document (the same for every trial seed)."
+    )
 
     _known_corpus = field_validator("corpus")(known_corpus)
 
@@ -65,10 +75,19 @@ class SyntheticTaskSpec(StrictModel):
 
     model_config = ConfigDict(extra="allow")
 
-    type: Literal["synthetic"] = "synthetic"
-    kind: str
-    data_seed: int = 0
-    n_eval: PositiveInt = 512
+    type: Literal["synthetic"] = Field(
+        "synthetic",
+        description="Data generated on the fly, with in-distribution and out-of-distribution "
+        "evaluation sets.",
+    )
+    kind: str = Field(
+        description="A registered synthetic kind (modular-addition, poly-regression); its "
+        "parameters are further keys of this section."
+    )
+    data_seed: int = Field(
+        0, description="The seed of the generated data (the same for every trial seed)."
+    )
+    n_eval: PositiveInt = Field(512, description="Examples in each evaluation set.")
 
     @field_validator("kind")
     @classmethod
@@ -88,14 +107,23 @@ class SyntheticTaskSpec(StrictModel):
 
 
 class ModularAdditionParams(StrictModel):
-    modulus: int = Field(97, ge=2)
-    train_fraction: float = Field(0.5, gt=0.0, lt=1.0)
+    modulus: int = Field(97, ge=2, description="p in (a + b) mod p.")
+    train_fraction: float = Field(
+        0.5, gt=0.0, lt=1.0, description="The fraction of the p^2 pairs trained on."
+    )
 
 
 class PolyRegressionParams(StrictModel):
-    n_bins: int = Field(64, ge=4)
-    n_context: int = Field(4, ge=0)
-    max_degree: int = Field(4, ge=2)
+    n_bins: int = Field(
+        64,
+        ge=4,
+        description="Bins of x over [-1, 1] and of y over f's range: the tokens, and the answer "
+        "classes.",
+    )
+    n_context: int = Field(4, ge=0, description="Example (x, y) pairs shown before the query.")
+    max_degree: int = Field(
+        4, ge=2, description="The polynomial's degree is drawn from 2..max_degree."
+    )
 
 
 LOCAL_TASKS = Path(__file__).resolve().parents[2] / "suites" / "tasks"
@@ -107,11 +135,21 @@ trials stored before the change are not taken for current ones."""
 class LMEvalTaskSpec(StrictModel):
     """A task section of type `lm-eval`: one lm-evaluation-harness task."""
 
-    type: Literal["lm-eval"] = "lm-eval"
-    task: str = Field(min_length=1)
-    limit: PositiveInt | None = None
-    num_fewshot: NonNegativeInt = 0
-    include_path: str | None = None
+    type: Literal["lm-eval"] = Field(
+        "lm-eval", description="Evaluate with EleutherAI's lm-evaluation-harness."
+    )
+    task: str = Field(
+        min_length=1,
+        description="The lm-eval task: a local one of suites/tasks/ (lb_bigbench_*) or any "
+        "installed lm-eval task.",
+    )
+    limit: PositiveInt | None = Field(
+        None, description="Evaluate the first `limit` examples; None: all."
+    )
+    num_fewshot: NonNegativeInt = Field(0, description="Examples shown before each question.")
+    include_path: str | None = Field(
+        None, description="A folder of lm-eval task YAMLs; None: suites/tasks/."
+    )
 
 
 class PerplexityTaskSpec(StrictModel):
@@ -121,14 +159,26 @@ class PerplexityTaskSpec(StrictModel):
     `split` names the one behind the unprefixed `bits_per_byte`.
     """
 
-    type: Literal["perplexity"] = "perplexity"
-    corpus: str = "shakespeare"
-    split: Literal["val", "test"] = "test"
-    seq_len: PositiveInt = 256
-    windows: PositiveInt = 64
-    split_seed: int = 0
-    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    type: Literal["perplexity"] = Field(
+        "perplexity",
+        description="Evaluation-only perplexity and bits per byte of a (pruned, quantized) "
+        "model on a corpus.",
+    )
+    corpus: str = Field(
+        "shakespeare", description="A registered corpus (shakespeare), or `file:PATH`."
+    )
+    split: Literal["val", "test"] = Field(
+        "test", description="The split behind the unprefixed `bits_per_byte`."
+    )
+    seq_len: PositiveInt = Field(256, description="Tokens per window.")
+    windows: PositiveInt = Field(64, description="Windows evaluated in each split.")
+    split_seed: int = Field(0, description="The seed of the split by document.")
+    val_fraction: float = Field(
+        0.1, gt=0.0, lt=1.0, description="The fraction of the documents in the val split."
+    )
+    test_fraction: float = Field(
+        0.1, gt=0.0, lt=1.0, description="The fraction of the documents in the test split."
+    )
 
     _known_corpus = field_validator("corpus")(known_corpus)
 
