@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from harness.methods.pruning import Criterion  # noqa: F401 (named in strings)
     from harness.methods.quantization import Importance, Scheme  # noqa: F401
     from harness.models.pretrained import LoadedModel
-    from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec
+    from harness.spec.recipe import ModelNorm
+    from harness.spec.schema import LayerwiseSpec, OptimizerSpec
     from harness.tasks.base import EvalTask, Task
     from harness.tasks.corpora import Corpus, Tokenizer
     from harness.tasks.synthetic import SyntheticKind
@@ -200,8 +201,9 @@ OptimizerFactory = Callable[["nn.Module", "OptimizerSpec"], "torch.optim.Optimiz
 Schedule = Callable[[int, int, int, float], float]
 """(step, total steps, warmup steps, min ratio) -> the learning-rate multiplier."""
 LayerwiseWrapper = Callable[["torch.optim.Optimizer", "nn.Module", "LayerwiseSpec"], Any]
-ModelBuilder = Callable[[Any, "NormSpec", int], "nn.Module"]
-"""(the model section, the norm settings, the vocabulary size) -> an untrained model."""
+ModelBuilder = Callable[[Any, "ModelNorm", int], "nn.Module"]
+"""(the model section, the norm settings with their parameters validated, the vocabulary size)
+-> an untrained model."""
 PretrainedLoader = Callable[[Any], "LoadedModel"]
 """The model section -> a pretrained model and its tokenizer."""
 Fingerprint = Callable[[Any], str]
