@@ -253,9 +253,7 @@ class GPT(nn.Module):
         self.config = config
         norm_type = NORM_TYPES.entry(config.norm_type)
         width = {"model_width": config.d_model} if norm_type.model_width else {}
-        make_norm = partial(
-            norm_type.obj, eps=config.norm_eps, **config.norm_type_params, **width
-        )
+        make_norm = partial(norm_type.obj, eps=config.norm_eps, **config.norm_type_params, **width)
         self.residual_scaling = init_recipe(config.norm_placement, config.init).residual_scaling
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         learned = config.pos == "learned"

@@ -51,15 +51,18 @@ def compress(
     step: int,
     validation: Loss | None = None,
 ) -> tuple[nn.Module, dict[str, float], list[LayerStat]]:
-    """Apply the recipe's `prune` then `quantize` (pruning draws from its seed); returns the model, what they report, and which
-    layers they removed or quantized to how many bits (as layer statistics at `step`)."""
+    """Apply the recipe's `prune` then `quantize` (pruning draws from its seed); returns the
+    model, what they report, and which layers they removed or quantized to how many bits (as
+    layer statistics at `step`)."""
     from harness.methods.pruning import PruneContext, prune_model
     from harness.methods.quantization import quantize_model
 
     metrics: dict[str, float] = {}
     layers: list[LayerStat] = []
     if recipe.prune is not None:
-        context = PruneContext(calibration, validation or calibration_loss(calibration), recipe.seed)
+        context = PruneContext(
+            calibration, validation or calibration_loss(calibration), recipe.seed
+        )
         model, pruned = prune_model(model, recipe.prune, context)
         metrics["layers_removed"] = float(len(pruned.removed))
         metrics["layers"] = float(pruned.layers_after)
