@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -92,17 +92,21 @@ class GPTConfig:
 
         def __init__(self, **fields: Any) -> None: ...
 
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
     def __post_init__(self) -> None:
+        """Check the heads; fill in what the sections leave to the model (None)."""
         check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.pos)
-        if self.n_kv_heads is None:
-            self.n_kv_heads = self.n_heads
-        if self.d_ff is None:
-            self.d_ff = default_d_ff(self.d_model, self.mlp)
         placement = NORM_PLACEMENTS.get(self.norm_placement)
-        if self.final_norm is None:
-            self.final_norm = placement.final_norm
-        if self.embed_norm is None:
-            self.embed_norm = placement.embed_norm
+        defaults = {
+            "n_kv_heads": self.n_heads,
+            "d_ff": default_d_ff(self.d_model, self.mlp),
+            "final_norm": placement.final_norm,
+            "embed_norm": placement.embed_norm,
+        }
+        for name, default in defaults.items():
+            if getattr(self, name) is None:
+                setattr(self, name, default)
 
     @classmethod
     def of(cls, spec: GPTSpec, norm: ModelNorm, vocab_size: int) -> GPTConfig:

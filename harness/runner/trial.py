@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import BaseModel
 from torch import nn
 
 from harness.cache import DataMissingError
@@ -31,9 +32,9 @@ from harness.logs import detach_stream_handlers
 from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
 from harness.records import LayerStat, SeriesPoint, TrialResult
-from harness.registry import SCHEDULES
+from harness.registry import SCHEDULES, TrainTaskEntry
 from harness.runner.posttrain import compress
-from harness.runner.warm import prebuilt_task, train_task
+from harness.runner.warm import prebuilt_task
 from harness.spec.plan import trial_versions
 from harness.spec.recipe import TrialRecipe, load_recipe
 from harness.tasks.base import Batch, Task
@@ -148,6 +149,11 @@ def build(recipe: TrialRecipe) -> BuiltTrial:
     probe_inputs = diagnostic_inputs(task, train.batch_size).to(device)
     loss = torch.compile(task.loss) if recipe.compile else task.loss
     return BuiltTrial(recipe, task, model, optimizer, scheduler, device, probe_inputs, loss)
+
+
+def train_task(entry: TrainTaskEntry, section: BaseModel) -> Task:
+    """The training task of a validated task section (a pure function of the section)."""
+    return entry.obj(section)
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:

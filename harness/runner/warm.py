@@ -37,7 +37,6 @@ from pydantic import BaseModel
 
 from harness.logs import detach_stream_handlers
 from harness.records import PlannedTrial
-from harness.registry import TrainTaskEntry
 from harness.spec.recipe import TrialRecipe, train_task_section
 from harness.utils import end_startup
 
@@ -63,11 +62,6 @@ def task_key(section: BaseModel) -> str:
 def prebuilt_task(section: BaseModel) -> Task | None:
     """The task the fork server built for this section, if it built one."""
     return _tasks.get(task_key(section))
-
-
-def train_task(entry: TrainTaskEntry, section: BaseModel) -> Task:
-    """The training task of a validated task section (a pure function of the section)."""
-    return entry.obj(section)
 
 
 def uses_model_stack(recipe: TrialRecipe) -> bool:
@@ -123,6 +117,8 @@ def warm_up(spec: Mapping[str, Any]) -> None:
             importlib.import_module(module)
         except ImportError:
             log.debug("warm: %s is not installed", module)
+    from harness.runner.trial import train_task
+
     for section in spec.get("tasks", []):
         try:
             entry, params = train_task_section(section)
