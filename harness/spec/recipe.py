@@ -56,6 +56,8 @@ E = TypeVar("E", bound=Entry[Any])
 RunPrecision = Literal["fp32", "bf16", "fp16"]
 """A trial's precision once `auto` is resolved for its device."""
 RUN_PRECISION: TypeAdapter[RunPrecision] = TypeAdapter(RunPrecision)
+SECTIONS = ("norm", "optimizer", "train", "prune", "quantize")
+"""The method's sections a recipe keeps as the suite's models (`harness.spec.schema`)."""
 SETTINGS = [name for name in TrialSettings.model_fields if name != "model"]
 """The config's method sections, in the order the config has always had them; `model` is the
 resolved model section, not a method's model overrides."""
@@ -204,11 +206,7 @@ class TrialRecipe:
             model=model[1],
             task_entry=task[0],
             task=task[1],
-            norm=settings.norm,
-            optimizer=settings.optimizer,
-            train=settings.train,
-            prune=settings.prune,
-            quantize=settings.quantize,
+            **{name: getattr(settings, name) for name in SECTIONS},
             precision=RUN_PRECISION.validate_python(settings.precision),
             device=settings.device,
             threads=threads,
