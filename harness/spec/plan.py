@@ -117,9 +117,11 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
     tasks = {name: parsed_section(TASKS, spec) for name, spec in suite.tasks.items()}
     fingerprints = {name: task_fingerprint(spec) for name, spec in suite.tasks.items()}
     cuda = cuda_available()
-    settings_of = {
-        name: [(point, resolved_settings(settings, cuda)) for point, settings in points]
-        for name, points in ((name, trial_settings(suite, name)) for name in suite.methods)
+    settings_of = {  # each method's sweep points, resolved for their device
+        name: [
+            (point, resolved_settings(each, cuda)) for point, each in trial_settings(suite, name)
+        ]
+        for name in suite.methods
     }
     trials = []
     for method, model, task in matrix_cells(suite):
