@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -183,9 +184,10 @@ TRACEBACK = 'Traceback (most recent call last):\n  File "trial.py"\nRuntimeError
 @dataclass(frozen=True)
 class StubRecipe:
     """Stands in for a `TrialRecipe` where a test stores and ranks made-up trials: only their
-    stored `config` is read."""
+    stored `config` is read, and the name of their task type (none: no metric is declared)."""
 
     config: dict[str, Any]
+    task_entry = SimpleNamespace(name="")
 
 
 def planned(
