@@ -57,7 +57,7 @@ RunPrecision = Literal["fp32", "bf16", "fp16"]
 """A trial's precision once `auto` is resolved for its device."""
 RUN_PRECISION: TypeAdapter[RunPrecision] = TypeAdapter(RunPrecision)
 SECTIONS = ("norm", "optimizer", "train", "prune", "quantize")
-"""The method's sections a recipe keeps as the suite's models (`harness.spec.schema`)."""
+"""The method's sections a recipe holds as validated, as `TrialSettings` has them."""
 SETTINGS = [name for name in TrialSettings.model_fields if name != "model"]
 """The config's method sections, in the order the config has always had them; `model` is the
 resolved model section, not a method's model overrides."""
