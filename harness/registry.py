@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from harness.ranking.aggregates import Standing
     from harness.runner.backend import BackendOptions, Executor
     from harness.spec import Suite
-    from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec
+    from harness.spec.recipe import ModelNorm
+    from harness.spec.schema import LayerwiseSpec, OptimizerSpec
     from harness.tasks.base import EvalTask, Task
     from harness.tasks.corpora import Corpus, Tokenizer
     from harness.tasks.synthetic import SyntheticKind
@@ -206,8 +207,9 @@ OptimizerFactory = Callable[["nn.Module", "OptimizerSpec"], "torch.optim.Optimiz
 Schedule = Callable[[int, int, int, float], float]
 """(step, total steps, warmup steps, min ratio) -> the learning-rate multiplier."""
 LayerwiseWrapper = Callable[["torch.optim.Optimizer", "nn.Module", "LayerwiseSpec"], Any]
-ModelBuilder = Callable[[Any, "NormSpec", int], "nn.Module"]
-"""(the model section, the norm settings, the vocabulary size) -> an untrained model."""
+ModelBuilder = Callable[[Any, "ModelNorm", int], "nn.Module"]
+"""(the model section, the norm settings with their parameters validated, the vocabulary size)
+-> an untrained model."""
 PretrainedLoader = Callable[[Any], "LoadedModel"]
 """The model section -> a pretrained model and its tokenizer."""
 Fingerprint = Callable[[Any], str]

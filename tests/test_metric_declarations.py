@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import create_engine, select
@@ -39,8 +40,8 @@ def test_every_metric_of_the_committed_results_is_declared(db: Path) -> None:
 
 
 def test_an_undeclared_stored_metric_warns(caplog: pytest.LogCaptureFixture) -> None:
-    config = {"task": {"type": "lm"}}
-    trial = PlannedTrial("k", "s", "m", "gpt", "lm", 0, {}, config)
+    recipe = SimpleNamespace(task_entry=TASKS.entry("lm"))  # all the warning reads
+    trial = PlannedTrial("k", "s", "m", "gpt", "lm", 0, {}, recipe)  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="layerbench"):
         warn_undeclared(trial, TrialResult(Status.DONE, final={"val_loss": 1.0, "mystery": 2.0}))
     assert "mystery" in caplog.text and "val_loss" not in caplog.text

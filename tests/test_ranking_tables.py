@@ -231,7 +231,7 @@ def test_residual_probe_retrains_a_stored_trial_and_splits_its_stream(
     config = probe.stored_config(url, "tiny", "dyt", "gpt-2l", 0)
     probe.apply_settings(config, ["optimizer.lr=1e-3"])
     assert config["optimizer"]["lr"] == 1e-3 and config["norm"]["type"] == "dyt"
-    trial = build(config, prepare(config))
+    trial = build(prepare(config))
     probe.freeze_norm_biases(trial)
     biases = [p for n, p in trial.model.named_parameters() if "norm" in n and n.endswith("bias")]
     assert biases and all(not p.requires_grad and not p.any() for p in biases)

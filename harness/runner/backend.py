@@ -135,7 +135,7 @@ def record(
 
 def deadline_of(trial: PlannedTrial) -> float:
     """When (time.monotonic) a trial starting now has outlived its time limit plus grace."""
-    return time.monotonic() + float(trial.config["time_limit_s"]) + KILL_GRACE_S
+    return time.monotonic() + trial.recipe.time_limit_s + KILL_GRACE_S
 
 
 @dataclass
@@ -164,21 +164,17 @@ def renew_leases(leases: Iterable[Lease], ledger: Ledger) -> None:
 
 
 def run_in_worker(config: dict[str, Any]) -> TrialResult:
-    """A trial in a cluster worker's fresh process (a Slurm job): its imports without the cyclic
-    garbage collector (`harness.utils.startup`), third-party output quieted, the device as
-    `worker_config` reads it (`run_trial` sets the trial's threads, as on every
-    backend)."""
+    """A trial of a config from `worker_config` in a cluster worker's fresh process (a Slurm
+    job): its imports without the cyclic garbage collector (`harness.utils.startup`),
+    third-party output quieted (`run_trial` sets the trial's threads, as on every backend)."""
     os.environ.setdefault("TQDM_DISABLE", "1")
     with startup():
         from harness.runner.trial import quiet_libraries, run_trial
 
         quiet_libraries()
-    return run_trial(worker_config(config))
+    return run_trial(config)
 
 
-def worker_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The config a cluster worker runs: `cuda:N` read as `cuda`, since the scheduler shows the
-    worker only the GPUs it was given."""
-    if config["device"].startswith("cuda:"):
-        return {**config, "device": "cuda"}
-    return config
+def worker_config(trial: PlannedTrial) -> dict[str, Any]:
+    """The config a cluster worker is sent for a trial (`TrialRecipe.on_worker`)."""
+    return trial.recipe.on_worker().config

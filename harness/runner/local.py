@@ -165,7 +165,7 @@ def run_forked(trial: PlannedTrial, environment: Mapping[str, str | None]) -> Tr
     ctx = context()
     start_server([trial])
     receiver, sender = ctx.Pipe(duplex=False)
-    args = (sender, worker_config(trial.config), environment)
+    args = (sender, worker_config(trial), environment)
     process = ctx.Process(target=forked_trial, args=args)
     with main_module_hidden():
         process.start()

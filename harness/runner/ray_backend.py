@@ -179,9 +179,7 @@ def drive(
                 abandon(ray, active, ledger)
                 break
             while len(active) < slots and (trial := claim_next(pending, ledger, progress)):
-                cpus, gpus = trial_resources(
-                    trial.config["device"], resources, cluster.get("GPU", 0)
-                )
+                cpus, gpus = trial_resources(trial.recipe.device, resources, cluster.get("GPU", 0))
                 options = {"num_cpus": cpus, "num_gpus": gpus, "max_retries": max_retries}
                 ref = task.options(**options).remote(trial, starts)
                 active[ref] = Submitted(trial)

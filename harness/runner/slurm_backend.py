@@ -41,6 +41,7 @@ from harness.runner.backend import (
     record,
     renew_leases,
     run_in_worker,
+    worker_config,
 )
 from harness.spec.schema import ResourcesSpec, SlurmSpec, Suite
 
@@ -109,14 +110,14 @@ def executor_parameters(
     trial: PlannedTrial, resources: ResourcesSpec, slurm: SlurmSpec
 ) -> dict[str, Any]:
     """submitit's SlurmExecutor parameters for a batch of trials like `trial`."""
-    limit = float(trial.config["time_limit_s"]) + slurm.time_grace_s
+    limit = trial.recipe.time_limit_s + slurm.time_grace_s
     extra: dict[str, Any] = {"time": slurm_time(limit), **slurm.sbatch}
     parameters: dict[str, Any] = {
         "job_name": f"layerbench-{trial.suite}",
         "array_parallelism": slurm.array_parallelism,
         "stderr_to_stdout": True,
         "additional_parameters": extra,
-        **job_resources(trial.config["device"], resources),
+        **job_resources(trial.recipe.device, resources),
     }
     named = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos}
     parameters.update({name: value for name, value in named.items() if value})
@@ -229,14 +230,15 @@ def claim_batch(
 
 
 def alike(first: PlannedTrial, other: PlannedTrial) -> bool:
-    keys = ("time_limit_s", "device")
-    return all(first.config[key] == other.config[key] for key in keys)
+    """Trials that may share a job array: the same time limit and device."""
+    one, two = first.recipe, other.recipe
+    return (one.time_limit_s, one.device) == (two.time_limit_s, two.device)
 
 
 def submit(executor: Any, batch: list[PlannedTrial]) -> list[Any]:
     """One job array for the batch (a single job when it has one trial)."""
     with executor.batch():
-        jobs = [executor.submit(slurm_trial, trial.config) for trial in batch]
+        jobs = [executor.submit(slurm_trial, worker_config(trial)) for trial in batch]
     return jobs
 
 
@@ -283,7 +285,7 @@ def job_result(job: Any) -> TrialResult:
 def lost_job(job_id: str, state: str, trial: PlannedTrial) -> TrialResult:
     """What a job that ended without a result means for its trial."""
     if state in TIMEOUT_STATES:
-        limit = float(trial.config["time_limit_s"])
+        limit = trial.recipe.time_limit_s
         return TrialResult(
             Status.TIMEOUT,
             error=f"slurm job {job_id} ran past its Slurm time limit (time_limit_s {limit:g} "

@@ -34,7 +34,6 @@ from sqlalchemy import Engine
 from harness.cache import offline_unless_hub_reachable
 from harness.core import Status, TrialOutcome
 from harness.records import PlannedTrial, TrialResult
-from harness.registry import MODELS, TASKS, EvalTaskEntry, PretrainedModelEntry
 from harness.runner.backend import Executor, Prepares, Progress, SilentProgress
 from harness.service.rounds import Round, RoundPolicy, default_policy
 from harness.spec import Suite
@@ -214,7 +213,7 @@ def _rounds(
     stop: threading.Event | None,
 ) -> None:
     """Execute round after round until the policy returns no runnable trial (or `stop`)."""
-    if batch and _uses_hub(suite):
+    if any(trial.recipe.kind.pretrained for trial in batch):  # it may reach the hub
         offline_unless_hub_reachable()
     number = 0
     while batch and not (stop is not None and stop.is_set()):
@@ -253,10 +252,3 @@ def _tracking(
     made = tracker()
     made.backfill(suite.suite)
     return made
-
-
-def _uses_hub(suite: Suite) -> bool:
-    """Does the suite load pretrained models or lm-eval tasks (which may reach the hub)?"""
-    return any(
-        isinstance(MODELS.entry(m["type"]), PretrainedModelEntry) for m in suite.models.values()
-    ) or any(isinstance(TASKS.entry(t["type"]), EvalTaskEntry) for t in suite.tasks.values())
