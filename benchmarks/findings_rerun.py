@@ -7,7 +7,7 @@ A trial's key is a hash of everything that decides its numbers (SPEC 6; `layerbe
 and on the CPU the same key gives the same metrics to the last digit (tests/test_runner.py; a
 reused trial is checked against a fresh run of it in docs/results/findings.md), so a trial
 stored under that key by an earlier run is the trial the rerun would compute. This script
-replays the sequential rule (`harness.ranking.rounds`) on such a stored run: it starts from the
+replays the sequential rule (`harness.service.rounds`) on such a stored run: it starts from the
 stored trials with seeds below `initial`, and, when the stored run has all of them, at each look
 takes the seeds the open comparisons ask for from the stored run while it has them. It then
 copies the stored run to `--db`, keeps only the trials of that replayed path (so no seed the
@@ -30,8 +30,8 @@ from pathlib import Path
 from sqlalchemy import create_engine
 
 from harness.core import TrialOutcome
-from harness.ranking.rounds import look, wanted_trials
 from harness.ranking.suite import plan_of
+from harness.service.rounds import look, wanted_trials
 from harness.spec.check import load_suite
 from harness.spec.plan import plan_suite
 from harness.spec.schema import Suite

@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.ranking.sequential import SequentialCheck, verdict_note
+from harness.claims.sequential import SequentialCheck, verdict_note
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -103,7 +103,7 @@ def flops_per_token(steps: int) -> float:
     """6N + 12 L d T of the suite's model as the harness builds it (N without positions)."""
     config = {**suite(steps)["defaults"], "seed": 0, "model": MODEL, "task": TASK}
     config["device"] = "cpu"  # the parameter count does not depend on the device
-    model = build(config, prepare(config)).model
+    model = build(prepare(config)).model
     n = sum(p.numel() for name, p in model.named_parameters() if "embed_positions" not in name)
     return 6 * n + 12 * MODEL["n_layers"] * MODEL["d_model"] * TASK["seq_len"]
 

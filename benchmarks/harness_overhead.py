@@ -35,8 +35,8 @@ def config(steps: int) -> dict[str, Any]:
 
 def bare_loop(trial_config: dict[str, Any]) -> float:
     """Seconds for the same steps written as a plain PyTorch loop."""
-    trial = build(trial_config, prepare(trial_config))
-    train = trial.settings.train
+    trial = build(prepare(trial_config))
+    train = trial.recipe.train
     batches = trial.task.train_batches(train.batch_size, torch.Generator().manual_seed(0))
     started = time.perf_counter()
     for _ in range(train.steps):

@@ -35,7 +35,7 @@ def trials(names: list[str] | None) -> dict[str, BuiltTrial]:
     for planned in plan_suite(load_suite(SUITE)):
         wanted = names is None or planned.method in names
         if wanted and planned.task == "shakespeare" and planned.method not in built:
-            built[planned.method] = build(planned.config, prepare(planned.config))
+            built[planned.method] = build(prepare(planned.config))
     return built
 
 

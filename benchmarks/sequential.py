@@ -1,5 +1,5 @@
-"""Error rates, power and seeds used of sequential seeds (harness.ranking.sequential), by
-simulation: docs/sequential.md.
+"""Error rates, power and seeds used of sequential seeds (harness.stats.sequential,
+harness.claims.sequential), by simulation: docs/sequential.md.
 
     python benchmarks/sequential.py --reps 20000 --initial 3 --step 3 --max 24 [--markdown]
 
@@ -24,15 +24,9 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from harness.ranking.sequential import (
-    FUTILITY,
-    FUTILITY_FROM_LOOK,
-    conditional_power,
-    half_width_factor,
-    log_mixture,
-    look_sizes,
-)
-from harness.ranking.stats import holm
+from harness.claims.sequential import FUTILITY, FUTILITY_FROM_LOOK
+from harness.stats.paired import holm
+from harness.stats.sequential import conditional_power, half_width_factor, log_mixture, look_sizes
 
 Noise = Literal["normal", "t3"]
 

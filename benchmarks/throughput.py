@@ -197,7 +197,7 @@ def block_seconds(step: Step, steps: int) -> tuple[float, float]:
 
 def built(kind: str, precision: str, compiled: bool = False) -> BuiltTrial:
     config = trial_config(kind, precision, compiled)
-    return build(config, prepare(config))
+    return build(prepare(config))
 
 
 def measure(

@@ -58,13 +58,13 @@ from harness.registry import MODELS, TASKS
 from harness.runner import trial as t
 marks.append(time.time())
 config = json.loads(sys.argv[1])
-settings = t.prepare(config)
-entry = TASKS.entry(config["task"]["type"])
-task = entry.obj(entry.params.model_validate(config["task"]))
+recipe = t.prepare(config)
+_, entry = recipe.trained_entries()
+task = t.train_task(entry, recipe.task)
 marks.append(time.time())
-built = t.build(config, settings)
+built = t.build(recipe)
 marks.append(time.time())
-batch = next(built.task.train_batches(settings.train.batch_size, torch.Generator()))
+batch = next(built.task.train_batches(recipe.train.batch_size, torch.Generator()))
 t.train_step(built, batch, torch.amp.GradScaler("cpu", enabled=False))
 marks.append(time.time())
 print(json.dumps(marks))
@@ -129,11 +129,11 @@ def warm_child(conn: Any, config: dict[str, Any], started: float) -> None:
 
     torch.set_num_threads(1)
     marks = [started, time.time()]
-    settings = t.prepare(config)
+    recipe = t.prepare(config)
     marks.append(time.time())
-    built = t.build(config, settings)
+    built = t.build(recipe)
     marks.append(time.time())
-    batches = built.task.train_batches(settings.train.batch_size, torch.Generator())
+    batches = built.task.train_batches(recipe.train.batch_size, torch.Generator())
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     for _ in range(2):
         t.train_step(built, next(batches), scaler)
@@ -148,11 +148,11 @@ def build_child(conn: Any, config: dict[str, Any], repeats: int) -> None:
     from harness.runner import trial as t
 
     torch.set_num_threads(1)
-    settings = t.prepare(config)
+    recipe = t.prepare(config)
     times, cpu = [], []
     for _ in range(repeats):
         started, cpu_started = time.perf_counter(), time.process_time()
-        t.build(config, settings)
+        t.build(recipe)
         times.append(time.perf_counter() - started)
         cpu.append(time.process_time() - cpu_started)
     conn.send((times, cpu))
@@ -177,9 +177,10 @@ def start_warm_server(config: dict[str, Any]) -> float:
     from harness.records import PlannedTrial
     from harness.runner.local import context
     from harness.runner.warm import start_server
+    from harness.spec.recipe import load_recipe
 
     context()
-    trial = PlannedTrial("bench", "bench", "m", "gpt", "t", 0, {}, config)
+    trial = PlannedTrial("bench", "bench", "m", "gpt", "t", 0, {}, load_recipe(config))
     started = time.perf_counter()
     start_server([trial])
     in_warm_process(ready)  # the server answers once its preload (and warm-up) is done

@@ -3,6 +3,9 @@
 # start the engine if it is installed and not running, make a Debian base image once (cached),
 # put the host's CA bundle and torch CPU wheel in docker/local/ (the build stage only), build.
 # `make docker-test` runs this, then tests/test_docker_stack.py; docs/deploy.md has the figures.
+# On a machine with a registry (CI): LAYERBENCH_BASE_IMAGE=python:3.11-slim-bookworm, pulled
+# first, skips debootstrap, and TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu gives pip
+# the CPU torch wheel where no find-links folder holds it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,5 +44,5 @@ done
 
 start=$(date +%s)
 docker build --network host -f docker/Dockerfile \
-    --build-arg BASE_IMAGE="$BASE" --build-arg TORCH_INDEX_URL= -t "$IMAGE" .
+    --build-arg BASE_IMAGE="$BASE" --build-arg TORCH_INDEX_URL="${TORCH_INDEX_URL:-}" -t "$IMAGE" .
 echo "built $IMAGE in $(($(date +%s) - start)) s; size $(docker image inspect -f '{{.Size}}' "$IMAGE") bytes"

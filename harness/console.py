@@ -44,7 +44,7 @@ class RichProgress:
         self.bars.stop()
 
     def started(self, trial: PlannedTrial) -> None:
-        total = trial.config["train"]["steps"]
+        total = trial.recipe.train.steps
         self.steps[trial.key] = self.bars.add_task(f"  {trial.label}", total=total, note="")
 
     def step(self, trial: PlannedTrial, step: int, total: int, loss: float) -> None:

@@ -1,5 +1,8 @@
 """Third-party chatter goes to a log file beside the database; the terminal shows LayerBench's own
-lines (`layerbench --verbose` shows everything, as the libraries print it).
+lines (`layerbench --verbose` shows everything, as the libraries print it). Where that file cannot
+be written (a server database and a read-only working folder, as in the Docker image), the file
+is the cache folder's `layerbench.log`, else there is none; one line says so. A log location never
+fails a command.
 
 What reached the terminal and how it is emitted (found by running the commands):
 - torchao's "Failed to load ..._C_mxfp8...so" / "_C_cutlass_90a": `logging` records of the
@@ -27,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from io import TextIOWrapper
 from pathlib import Path
 
 LOG_FILE_ENV = "LAYERBENCH_LOG_FILE"
@@ -36,15 +40,24 @@ FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s: %(message)s"
 
 
 class LogFile(logging.FileHandler):
-    """Appends to the log file, created on the first record only; never fails a command (a
-    read-only folder drops the records)."""
+    """Appends to the log file, created (with its folder) on the first record only; never fails
+    a command: a record it cannot write is dropped. (`FileHandler.emit` opens a delayed file
+    outside the `try` that hands errors to `handleError`, so `emit` catches that itself.)"""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path, mode="a", encoding="utf-8", delay=True)
         self.addFilter(lambda record: record.name.split(".")[0] not in OWN_LOGGERS)
-        self.setFormatter(
-            logging.Formatter("%(asctime)s %(process)d %(name)s %(levelname)s: %(message)s")
-        )
+        self.setFormatter(logging.Formatter(FORMAT))
+
+    def _open(self) -> TextIOWrapper:
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            super().emit(record)
+        except OSError:
+            self.handleError(record)
 
     def handleError(self, record: logging.LogRecord) -> None:
         pass
@@ -78,11 +91,43 @@ def verbose() -> bool:
     return os.environ.get(VERBOSE_ENV) == "1"
 
 
-def route_logs(path: Path) -> None:
-    """Send third-party log records and warnings to `path` (see the module docstring); LayerBench's
-    own loggers keep a stderr handler. Idempotent: a second call moves the file."""
+def can_write(path: Path) -> bool:
+    """Whether this process may append to `path`, creating it and its folders if need be (tried
+    without creating anything: the file is made on its first record)."""
+    if path.exists():
+        return os.access(path, os.W_OK)
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+
+
+_noted: set[str] = set()
+"""The fallback notes this process has printed."""
+
+
+def writable_log_file(path: Path, fallback: Path | None) -> Path:
+    """`path` if this process may write it, else `fallback` if it may write that, else the null
+    device (no file); a fallback is said once, in one line on LayerBench's logger."""
+    if can_write(path):
+        return path
+    chosen = fallback if fallback is not None and can_write(fallback) else Path(os.devnull)
+    where = "go to " + str(chosen) if chosen != Path(os.devnull) else "are not kept"
+    note = f"note: cannot write the log file {path}, so third-party messages {where}"
+    if note not in _noted:
+        _noted.add(note)
+        logging.getLogger("layerbench").warning(note + " (--verbose shows them)")
+    return chosen
+
+
+def route_logs(path: Path, fallback: Path | None = None) -> None:
+    """Send third-party log records and warnings to `path`, else to `fallback` where `path` cannot
+    be written, else nowhere (see the module docstring; a log location never fails a command);
+    LayerBench's own loggers keep a stderr handler. Idempotent: a second call moves the file."""
     if verbose():
         return
+    route_own_loggers()
+    path = writable_log_file(path, fallback)
     os.environ[LOG_FILE_ENV] = str(path)
     _sizes.setdefault(path, size_of(path))
     os.environ["MLFLOW_CONFIGURE_LOGGING"] = "false"
@@ -93,12 +138,16 @@ def route_logs(path: Path) -> None:
     root.addHandler(LogFile(path))
     root.setLevel(logging.INFO)
     logging.captureWarnings(True)
+    detach_stream_handlers()
+
+
+def route_own_loggers() -> None:
+    """LayerBench's own loggers print their warnings to stderr (once each)."""
     for name in OWN_LOGGERS:
         own = logging.getLogger(name)
         if not own.handlers:
             own.addHandler(Stderr())
             own.setLevel(logging.WARNING)
-    detach_stream_handlers()
 
 
 def terminal(handler: logging.Handler) -> bool:

@@ -8,9 +8,12 @@ use them without importing another (imports flow one way; see tests/test_layers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.core import Status, point_label
+
+if TYPE_CHECKING:
+    from harness.spec.recipe import TrialRecipe
 
 DONE = Status.DONE
 ACTIVE_STATUSES = tuple(status for status in Status if status.active)
@@ -23,7 +26,7 @@ FAILED_STATUSES = tuple(status for status in Status if status.retried)
 
 @dataclass(frozen=True)
 class PlannedTrial:
-    """One trial of a suite: (method after sweep expansion, model, task, seed) and its config."""
+    """One trial of a suite: (method after sweep expansion, model, task, seed) and its recipe."""
 
     key: str
     suite: str
@@ -32,7 +35,13 @@ class PlannedTrial:
     task: str
     seed: int
     sweep: dict[str, Any]
-    config: dict[str, Any]
+    recipe: TrialRecipe
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The trial's config, as it is stored and logged (`TrialRecipe.config`): written whole,
+        never read key by key (read `recipe`)."""
+        return self.recipe.config
 
     @property
     def label(self) -> str:

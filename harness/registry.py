@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
@@ -29,7 +29,11 @@ if TYPE_CHECKING:
     from harness.methods.pruning import Criterion  # noqa: F401 (named in strings)
     from harness.methods.quantization import Importance, Scheme  # noqa: F401
     from harness.models.pretrained import LoadedModel
-    from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec
+    from harness.ranking.aggregates import Standing
+    from harness.runner.backend import BackendOptions, Executor
+    from harness.spec import Suite
+    from harness.spec.recipe import ModelNorm
+    from harness.spec.schema import LayerwiseSpec, OptimizerSpec
     from harness.tasks.base import EvalTask, Task
     from harness.tasks.corpora import Corpus, Tokenizer
     from harness.tasks.synthetic import SyntheticKind
@@ -115,15 +119,17 @@ E = TypeVar("E", bound=Entry[Any])
 class Registry(Generic[E]):
     """Names of one family mapped to their entries, of type `entry_type`.
 
-    The `catalog` module, imported on first lookup, declares the built-in entries.
+    The `catalog` module (or modules), imported on first lookup, declares the built-in entries.
     """
 
-    def __init__(self, family: str, entry_type: type[E], catalog: str | None = None) -> None:
+    def __init__(
+        self, family: str, entry_type: type[E], catalog: str | tuple[str, ...] = ()
+    ) -> None:
         self.family = family
         self.entry_type = entry_type
-        self._catalog = catalog
+        self._catalogs = (catalog,) if isinstance(catalog, str) else catalog
         self._entries: dict[str, E] = {}
-        self._loaded = catalog is None
+        self._loaded = not self._catalogs
 
     def register(
         self,
@@ -155,7 +161,8 @@ class Registry(Generic[E]):
     def _load(self) -> None:
         if not self._loaded:
             self._loaded = True
-            importlib.import_module(self._catalog or "")
+            for catalog in self._catalogs:
+                importlib.import_module(catalog)
 
     def entry(self, name: str) -> E:
         self._load()
@@ -200,15 +207,16 @@ OptimizerFactory = Callable[["nn.Module", "OptimizerSpec"], "torch.optim.Optimiz
 Schedule = Callable[[int, int, int, float], float]
 """(step, total steps, warmup steps, min ratio) -> the learning-rate multiplier."""
 LayerwiseWrapper = Callable[["torch.optim.Optimizer", "nn.Module", "LayerwiseSpec"], Any]
-ModelBuilder = Callable[[Any, "NormSpec", int], "nn.Module"]
-"""(the model section, the norm settings, the vocabulary size) -> an untrained model."""
+ModelBuilder = Callable[[Any, "ModelNorm", int], "nn.Module"]
+"""(the model section, the norm settings with their parameters validated, the vocabulary size)
+-> an untrained model."""
 PretrainedLoader = Callable[[Any], "LoadedModel"]
 """The model section -> a pretrained model and its tokenizer."""
 Fingerprint = Callable[[Any], str]
+"""The task section -> a hash of the data it reads (cheap: no tokenizing, no torch)."""
 TrivialLevels = Callable[[Any], dict[str, float]]
 """The task section -> the value of each metric a trivial predictor scores (torch-free; see
 harness/tasks/trivial.py)."""
-"""The task section -> a hash of the data it reads (cheap: no tokenizing, no torch)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -321,12 +329,23 @@ class TokenizerEntry(Entry[type["Tokenizer"]]):
     pass
 
 
+@dataclass(frozen=True, kw_only=True)
+class BackendEntry(Entry["BackendFactory"]):
+    """Where a suite's trials run (declared in `harness.runner.catalog`)."""
+
+
+BackendFactory = Callable[["Suite", "BackendOptions"], "Executor"]
+"""(the suite, the command line's backend options) -> the executor that runs its trials."""
+
+
 @dataclass(frozen=True)
 class Metric:
-    """A metric and whether lower or higher values are better."""
+    """A metric: whether lower or higher values are better, what it measures, in what unit
+    ("" for a pure number, such as a perplexity)."""
 
     direction: Direction
     description: str
+    unit: str
 
 
 METHODS = "harness.methods.catalog"
@@ -343,71 +362,102 @@ TASKS = Registry[TaskEntry]("task type", TrainTaskEntry, "harness.tasks.catalog"
 SYNTHETIC_KINDS = Registry("synthetic task kind", SyntheticKindEntry, "harness.tasks.catalog")
 CORPORA = Registry("corpus", CorpusEntry, "harness.tasks.corpora")
 TOKENIZERS = Registry("tokenizer", TokenizerEntry, "harness.tasks.corpora")
-METRICS = Registry("metric", Entry[Metric])
-
-FAMILIES: dict[str, Registry[Any]] = {  # Registry[Any]: a mapping over every family
-    "norm.placement": NORM_PLACEMENTS,
-    "norm.type": NORM_TYPES,
-    "optimizer.name": OPTIMIZERS,
-    "optimizer.layerwise": LAYERWISE,
-    "train.schedule": SCHEDULES,
-    "prune.criterion": PRUNING,
-    "quantize.scheme": QUANTIZERS,
-    "quantize.layerwise.importance": LAYER_IMPORTANCE,
-    "model.type": MODELS,
-    "task.type": TASKS,
-    "synthetic.kind": SYNTHETIC_KINDS,
-    "corpus": CORPORA,
-    "tokenizer": TOKENIZERS,
-    "metric": METRICS,
-}
-
-MIN, MAX = Direction.MIN, Direction.MAX
-for _name, _direction, _description in [
-    ("val_loss", MIN, "in-distribution validation loss (nats per token)"),
-    ("val_ppl", MIN, "validation perplexity"),
-    ("bits_per_byte", MIN, "bits per byte of text (lm: validation; perplexity: its split)"),
-    ("test_loss", MIN, "held-out test loss (reporting split; at the end of training)"),
-    ("test_ppl", MIN, "test perplexity at the end of training"),
-    ("test_bits_per_byte", MIN, "test bits per byte at the end of training"),
-    ("train_loss", MIN, "training loss (mean over the last logging window)"),
-    ("id_loss", MIN, "in-distribution loss of a synthetic task"),
-    ("ood_loss", MIN, "out-of-distribution loss of a synthetic task"),
-    ("id_acc", MAX, "in-distribution accuracy of a synthetic task"),
-    ("acc", MAX, "accuracy (lm-eval)"),
-    ("acc_norm", MAX, "length-normalized accuracy (lm-eval)"),
-    ("word_perplexity", MIN, "word perplexity (lm-eval)"),
-    ("byte_perplexity", MIN, "byte perplexity (lm-eval)"),
-    ("effective_bits", MIN, "parameter-weighted bits per quantized weight"),
-    ("model_bytes", MIN, "bytes of the model's weights after compression"),
-    ("layers_removed", MAX, "layers removed by pruning"),
-    ("tokens_per_s", MAX, "training throughput (tokens per second of train time)"),
-    ("params", MIN, "number of parameters"),
-    ("ood_acc", MAX, "out-of-distribution accuracy of a synthetic task"),
-    ("test_acc", MAX, "held-out test accuracy at the end of training (synthetic: ID test set)"),
-    ("val_bits_per_byte", MIN, "validation (tuning split) bits per byte of a perplexity task"),
-    ("val_acc", MAX, "accuracy on the task's validation split (lm-eval, tuning split)"),
-    ("val_acc_norm", MAX, "length-normalized accuracy on the validation split (lm-eval)"),
-    ("val_word_perplexity", MIN, "word perplexity on the validation split (lm-eval)"),
-    ("val_byte_perplexity", MIN, "byte perplexity on the validation split (lm-eval)"),
-    ("layers", MIN, "blocks left after pruning"),
-]:
-    METRICS.add(_name, Metric(_direction, _description), summary=_description)
+RUNNER = "harness.runner.catalog"
+METRICS = Registry("metric", Entry[Metric], ("harness.tasks.catalog", RUNNER))
+"""Declared by the tasks that emit them and by the runner (its own and compression metrics)."""
+BACKENDS = Registry("backend", BackendEntry, RUNNER)
 
 
-TRIAL_METRICS = ("train_loss", "tokens_per_s", "params")
-"""What every training trial reports besides its task's metrics (`harness.runner.trial`)."""
-COMPRESSION_METRICS = ("layers_removed", "layers", "effective_bits", "model_bytes")
-"""What a pruned or quantized trial reports (`harness.runner.posttrain`)."""
+def declare_metrics(*metrics: tuple[str, Direction, str, str]) -> tuple[str, ...]:
+    """Declare each (name, direction, description, unit) in `METRICS`; returns the names, for
+    the declaring entry's `metrics=`."""
+    for name, direction, description, unit in metrics:
+        METRICS.declare(name, Metric(direction, description, unit), summary=description)
+    return tuple(name for name, *_ in metrics)
 
 
-def undeclared_metrics(task_type: str, names: Iterable[str]) -> list[str]:
-    """The metric names a trial of `task_type` stored that neither its task's catalog entry
-    (`metrics=`) nor the runner declares (unknown task types declare nothing)."""
-    declared = {*TRIAL_METRICS, *COMPRESSION_METRICS}
-    if task_type in TASKS.names():
-        declared.update(TASKS.entry(task_type).metrics)
-    return sorted(set(names) - declared)
+@dataclass(frozen=True)
+class Family:
+    """One family of registered entries and where the rest of the harness meets it."""
+
+    key: str
+    """How trial keys, the version lock and `layerbench methods` name it ("FAMILY:NAME")."""
+    registry: Registry[Any]  # Registry[Any]: the table spans every family
+    config_path: str | None
+    """Where an entry's name lies in a trial's config (None: a trial's config names none)."""
+    _: KW_ONLY
+    training: bool = False
+    """Only a trained model uses it: a pretrained model's trials ignore it (evaluation only)."""
+    board: str | None = None
+    """The method family the board's filters show for a method that changes the config section
+    holding the name (None: the section says nothing about the method)."""
+    readme: str | None = None
+    """The row of README's "What is built" table that names the built-in entries."""
+
+    @property
+    def section(self) -> str | None:
+        """The config section the entry's name lies in (`norm` for `norm.type`)."""
+        return self.config_path.rpartition(".")[0] if self.config_path else None
+
+
+FAMILY_TABLE = (
+    Family(
+        "norm.placement",
+        NORM_PLACEMENTS,
+        "norm.placement",
+        training=True,
+        board="normalization",
+        readme="norm placement",
+    ),
+    Family(
+        "norm.type",
+        NORM_TYPES,
+        "norm.type",
+        training=True,
+        board="normalization",
+        readme="norm type",
+    ),
+    Family(
+        "optimizer.name",
+        OPTIMIZERS,
+        "optimizer.name",
+        training=True,
+        board="optimizer",
+        readme="optimizer",
+    ),
+    Family(
+        "optimizer.layerwise",
+        LAYERWISE,
+        "optimizer.layerwise.name",
+        training=True,
+        board="layerwise",
+        readme="layerwise optimizer wrapper",
+    ),
+    Family("train.schedule", SCHEDULES, "train.schedule", training=True, readme="optimizer"),
+    Family("prune.criterion", PRUNING, "prune.criterion", board="pruning", readme="layer pruning"),
+    Family(
+        "quantize.scheme",
+        QUANTIZERS,
+        "quantize.scheme",
+        board="quantization",
+        readme="quantization",
+    ),
+    Family(
+        "quantize.layerwise.importance",
+        LAYER_IMPORTANCE,
+        "quantize.layerwise.importance",
+        board="quantization",
+        readme="quantization",
+    ),
+    Family("model.type", MODELS, "model.type", readme="model"),
+    Family("task.type", TASKS, "task.type", readme="task"),
+    Family("synthetic.kind", SYNTHETIC_KINDS, "task.kind", readme="task"),
+    Family("corpus", CORPORA, "task.corpus", readme="task"),
+    Family("tokenizer", TOKENIZERS, "task.tokenizer", readme="task"),
+    Family("metric", METRICS, None),
+)
+"""Every family of entries a suite names (backends aside: a run's, not a trial's, choice)."""
+FAMILIES: dict[str, Registry[Any]] = {family.key: family.registry for family in FAMILY_TABLE}
 
 
 def all_modules() -> list[str]:
@@ -415,4 +465,40 @@ def all_modules() -> list[str]:
     processes' fork server, so each trial starts with them loaded)."""
     return sorted(
         {entry.module for r in FAMILIES.values() for entry in r.entries() if entry.module}
+    )
+
+
+# Overall ranking statistics (`rank.aggregate`), declared here so a suite names one without
+# importing the ranking; their implementations live in `harness.ranking.aggregates`.
+
+AggregateScore = Callable[["Standing"], float | None]
+"""A method's standing over all groups -> its score, higher is better (None: undefined, sorted
+last)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AggregateEntry(Entry[AggregateScore]):
+    """An overall statistic that orders the summary. `label` names it in the overall table's
+    title; `column` is the key of the overall table's column that shows it (None: the table
+    adds a column of its scores); `needs_target` when it reads the time to `rank.target`."""
+
+    label: str
+    column: str | None = None
+    needs_target: bool = False
+
+
+AGGREGATES = Registry("overall statistic", AggregateEntry)
+for _name, _label, _column, _target, _summary in [
+    ("mean_win_rate", "mean win rate", "mean_win_rate", False, "HELM's mean win rate"),
+    ("mean_rank", "mean rank", "mean_rank", False, "the mean over groups of the rank"),
+    ("normalized", "mean / baseline", "normalized", False, "mean over groups of mean / baseline"),
+    ("performance_profile", "profile score (time)", "profile_time", True, "AlgoPerf's score"),
+]:
+    AGGREGATES.add(
+        _name,
+        f"harness.ranking.aggregates:{_name}",
+        label=_label,
+        column=_column,
+        needs_target=_target,
+        summary=_summary,
     )

@@ -7,19 +7,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.ranking import TrialOutcome
-from harness.registry import METRICS
+from harness.registry import FAMILY_TABLE, METRICS
 from harness.utils import flatten
 
 DEFAULT_METRIC = "val_loss"
 BASELINE_FAMILY = "baseline"
-# The config sections that say what a method is, and the family each one names.
-SECTION_FAMILIES = {
-    "norm": "normalization",
-    "optimizer.layerwise": "layerwise",
-    "optimizer": "optimizer",
-    "prune": "pruning",
-    "quantize": "quantization",
-}
+SECTION_FAMILIES = dict(
+    sorted(
+        {f.section: f.board for f in FAMILY_TABLE if f.section and f.board}.items(),
+        key=lambda item: -len(item[0]),
+    )
+)
+"""The config sections that say what a method is, and the family each one names (the family
+table's `board`), the longest first: `optimizer.layerwise` is "layerwise", the rest of
+`optimizer` is "optimizer"."""
 OTHER_FAMILY = "training"
 # Parts of a trial's config that vary by cell or seed, not by method.
 CELL_FIELDS = {"model", "task", "seed", "plugins"}

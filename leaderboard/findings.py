@@ -1,5 +1,5 @@
 """The Findings page's table, verdict first: one row per `expect` claim and recipe of the suites
-that state claims, with the verdicts of `harness.ranking.findings` (those `layerbench rank`
+that state claims, with the verdicts of `harness.claims` (those `layerbench rank`
 prints). The claim is a short sentence ("mix-ln < pre-ln on val_loss"), then the recipe, the
 verdict, the difference with its interval, the seeds, and the paper as its arXiv id (the full
 source text is in the page's expander), so that nothing a reader needs is off-screen."""
@@ -12,8 +12,8 @@ from urllib.parse import urlencode
 
 import pandas as pd
 
-from harness.ranking.findings import Finding, RecipeCheck
-from harness.ranking.sequential import describe, verdict_note
+from harness.claims import Finding, RecipeCheck
+from harness.claims.sequential import describe, verdict_note
 from harness.ranking.table import EMPTY
 from harness.registry import METRICS
 

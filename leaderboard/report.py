@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from harness.claims import Finding
 from harness.core import Status
 from harness.ranking import Ranking, RankRow
-from harness.ranking.findings import Finding
 from harness.ranking.render import to_markdown
 from harness.ranking.suite import RankOverrides, RankPlan, rank_suite
 from harness.registry import METRICS
@@ -144,7 +144,7 @@ def pareto_figures(
     if finals.empty:
         return []
     means = finals.assign(method=finals["key"].map(done)).groupby(["name", "method"])["value"]
-    y = pd.Series({row.method: row.mean for row in rows}, dtype=float)
+    y = pd.Series({row.method: row.seeds.mean for row in rows}, dtype=float)
     found = []
     for name, x in means.mean().groupby(level=0):
         points = pd.DataFrame({"x": x.droplevel(0), "y": y}).dropna()

@@ -12,6 +12,7 @@ import pandas as pd
 
 from harness.core import Status
 from harness.ranking import Ranking, group_table, overall_table
+from harness.ranking.records import SeedStats
 from harness.ranking.table import EMPTY, values
 from leaderboard.data import RunInfo
 
@@ -37,8 +38,9 @@ def rows_frame(ranking: Ranking, families: Mapping[str, tuple[str, ...]]) -> pd.
         values[verdict] = MARKS.get(values[verdict] or "", "")
         diverged = sum(trial["status"] == Status.DIVERGED for trial in row.trials)
         family = family_label(families, row.method)
+        seeds = row.seeds
         records.append(
-            [task, model, *values, family, diverged, row.n_failed, row.n_excluded, row.n]
+            [task, model, *values, family, diverged, seeds.n_failed, seeds.n_excluded, seeds.n]
         )
     return pd.DataFrame.from_records(
         records, columns=["task", "model", *table.header, *STATUS_COLUMNS]
@@ -61,7 +63,7 @@ def family_label(families: Mapping[str, tuple[str, ...]], method: str) -> str:
 
 def all_failed(ranking: Ranking) -> bool:
     """No method has a value of the metric in any group."""
-    return all(row.n_done == 0 for row in ranking.rows)
+    return all(row.seeds.n_done == 0 for row in ranking.rows)
 
 
 def ranked_statuses(ranking: Ranking) -> Counter[str]:
@@ -76,13 +78,17 @@ ALERT_KINDS = ("regression", "status")  # what "regressions only" keeps
 def history_frame(rankings: Iterable[tuple[RunInfo, Ranking]]) -> pd.DataFrame:
     """Each method's mean and CI per (task, model) in each suite run, oldest run first."""
     records = [
-        [run.label, run.id, row.task, row.model, row.method, row.mean, row.ci_low, row.ci_high]
+        [run.label, run.id, row.task, row.model, row.method, *_mean_ci(row.seeds)]
         for run, ranking in rankings
         for row in ranking.rows
     ]
     frame = pd.DataFrame.from_records(records, columns=HISTORY_COLUMNS)
     frame = frame.astype({"mean": float, "ci_low": float, "ci_high": float})
     return frame.sort_values("run_id", kind="stable")
+
+
+def _mean_ci(seeds: SeedStats) -> tuple[float | None, float | None, float | None]:
+    return seeds.mean, seeds.ci_low, seeds.ci_high
 
 
 def alerts_on_history(history: pd.DataFrame, alerts: pd.DataFrame, metric: str) -> pd.DataFrame:

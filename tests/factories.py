@@ -15,7 +15,9 @@ import sys
 import textwrap
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,7 @@ from harness.core import TrialOutcome
 from harness.models.gpt import GPT, GPTSpec, build_gpt
 from harness.records import LayerStat, PlannedTrial, SeriesPoint, Status, TrialResult
 from harness.spec.declaration import RankingDeclaration
+from harness.spec.recipe import model_norm
 from harness.spec.schema import NormSpec
 from harness.store.db import finished, finite, result_rows, suite_run
 from harness.store.models import LayerStatistic, MetricPoint, Result, Trial
@@ -91,7 +94,7 @@ def tiny_gpt(norm: NormSpec | None = None, vocab_size: int = 37, **spec: Any) ->
     """The harness's GPT, seeded (`torch.manual_seed(0)`): 2 layers of width 32 unless `spec`
     says otherwise; in training mode, as `build_gpt` returns it."""
     torch.manual_seed(0)
-    return build_gpt(GPTSpec(**{**GPT_SIZE, **spec}), norm or NormSpec(), vocab_size)
+    return build_gpt(GPTSpec(**{**GPT_SIZE, **spec}), model_norm(norm or NormSpec()), vocab_size)
 
 
 def byte_bpe_tokenizer(texts: list[str], vocab_size: int = 400) -> PreTrainedTokenizerFast:
@@ -178,6 +181,15 @@ START_LOSS = 5.5
 TRACEBACK = 'Traceback (most recent call last):\n  File "trial.py"\nRuntimeError: {}'
 
 
+@dataclass(frozen=True)
+class StubRecipe:
+    """Stands in for a `TrialRecipe` where a test stores and ranks made-up trials: only their
+    stored `config` is read, and the name of their task type (none: no metric is declared)."""
+
+    config: dict[str, Any]
+    task_entry = SimpleNamespace(name="")
+
+
 def planned(
     suite: str,
     methods: Mapping[str, Mapping[str, Any]],
@@ -198,11 +210,8 @@ def planned(
                     config = {**settings, "model": {"name": model}, "task": {"name": task}}
                     label = f"{suite}/{method}/{model}/{task}/{seed}/{version}"
                     key = hashlib.sha256(label.encode()).hexdigest()
-                    trials.append(
-                        PlannedTrial(
-                            key, suite, method, model, task, seed, {}, {**config, "seed": seed}
-                        )
-                    )
+                    recipe = StubRecipe({**config, "seed": seed})
+                    trials.append(PlannedTrial(key, suite, method, model, task, seed, {}, recipe))
     return trials
 
 

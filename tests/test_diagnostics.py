@@ -122,7 +122,7 @@ def trained(
 
 def train_and_store(engine: Engine, planned: PlannedTrial) -> tuple[BuiltTrial, int]:
     """Build and train the trial as the runner does, and store its result."""
-    trial = build(planned.config, prepare(planned.config))
+    trial = build(prepare(planned.config))
     result = TrialResult(status="running")
     train(trial, result, Clock(), lambda step, total, loss: None)
     result.status = "done"

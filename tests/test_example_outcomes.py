@@ -20,7 +20,7 @@ from harness.store.db import StoreLedger, alembic_config, open_database, suite_r
 from harness.store.queries import example_outcomes
 from harness.tasks import bigbench
 from harness.tasks.base import weight_name
-from tests.factories import byte_bpe_tokenizer, tiny_llama
+from tests.factories import StubRecipe, byte_bpe_tokenizer, tiny_llama
 
 SUITE = """\
 suite: outcomes
@@ -102,7 +102,8 @@ def test_outcomes_are_stored_replaced_and_read_per_trial(
         else request.getfixturevalue("postgres_url")
     )
     engine = open_database(url)
-    trials = [PlannedTrial(f"{i:064x}", "s", "m", "model", "task", 0, {}, {}) for i in range(3)]
+    stub = StubRecipe({})
+    trials = [PlannedTrial(f"{i:064x}", "s", "m", "model", "task", 0, {}, stub) for i in range(3)]
     first = {"acc": {"0": 1.0, "1": 0.0}, "gold_loglikelihood": {"0": -1.5, "1": math.inf}}
     store(engine, trials[0], TrialResult("done", final={"acc": 0.5}, examples=first))
     store(engine, trials[1], TrialResult("done", final={"acc": 1.0}, examples={"acc": {"7": 1}}))

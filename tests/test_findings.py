@@ -19,11 +19,11 @@ from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
 
 from benchmarks.browser import chromium_path
+from harness.claims import Finding, degenerate_pairs, findings
 from harness.core import TrialOutcome
-from harness.ranking.findings import Finding, degenerate_pairs, findings
 from harness.ranking.suite import RankPlan, ranked_metrics
 from harness.spec import SuiteError, load_suite
-from harness.spec.declaration import declared_ranking
+from harness.spec.declaration import RankingDeclaration
 from harness.spec.plan import plan_suite
 from harness.spec.schema import Claim, RankSpec, SeedSchedule, TargetSpec
 from harness.store.db import make_engine, upgrade
@@ -426,7 +426,7 @@ def test_one_method_at_the_trivial_predictor_keeps_the_verdict_annotated(tmp_pat
 
 def record_claims(suite: Path) -> None:
     """Record the suite's ranking (with its claims) on its stored run, as `layerbench run` does."""
-    ranking = declared_ranking(load_suite(suite))
+    ranking = RankingDeclaration.of_suite(load_suite(suite))
     with Session(make_engine(os.environ["LAYERBENCH_DB"])) as session, session.begin():
         session.execute(update(SuiteRun).values(ranking=ranking.stored()))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,15 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from harness.methods.placement import PostNorm, PreNorm
-from harness.models.gpt import GPT, GPTConfig, GPTSpec, apply_rope, build_gpt, rope_tables
+from harness.models.gpt import (
+    GPT,
+    GPTConfig,
+    GPTSpec,
+    apply_rope,
+    build_gpt,
+    norm_field,
+    rope_tables,
+)
 from harness.models.gpt_hf import GPTForCausalLM, as_pretrained
 from harness.records import TrialResult
 from harness.registry import MODELS, NORM_TYPES, UnknownNameError
@@ -245,7 +254,7 @@ def scaled_type() -> Iterator[str]:
 
 def test_norm_fields_reach_the_norm_factory(scaled_type: str) -> None:
     model = gpt(NormSpec(type=scaled_type, scale=0.5))
-    assert model.config.norm_params == {"scale": 0.5}
+    assert model.config.norm_type_params == {"scale": 0.5}
     gains = [model.blocks[0].placement.norm1.weight, model.final_norm.weight]
     assert all(torch.equal(g, torch.full((32,), 0.5)) for g in gains)
     assert torch.equal(gpt(NormSpec(type=scaled_type)).final_norm.weight, torch.ones(32))
@@ -300,6 +309,21 @@ def test_bf16_autocast_close_to_fp32(ids: torch.Tensor) -> None:
 def test_too_long_sequence_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="exceeds max_seq_len 32"):
         gpt()(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_config_fields_are_derived_from_the_model_and_norm_sections() -> None:
+    """Every `GPTSpec` field but `type` and every `NormSpec` field is a `GPTConfig` field with
+    the section's default (a field added to a section reaches the model's configuration)."""
+    fields = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+    spec = {name: info.default for name, info in GPTSpec.model_fields.items() if name != "type"}
+    norm = {norm_field(name): info.default for name, info in NormSpec.model_fields.items()}
+    assert {**spec, **norm}.items() <= fields.items()
+    assert set(fields) - set(spec) - set(norm) == {
+        "vocab_size",
+        "placement_params",
+        "norm_type_params",
+        "output_hidden_states",
+    }
 
 
 def test_config_keeps_the_spec_and_norm_fields() -> None:

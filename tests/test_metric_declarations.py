@@ -3,18 +3,22 @@ a stored metric nobody declares."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from harness.core import Status
+from harness.core import Direction, Status
 from harness.records import PlannedTrial, TrialResult
-from harness.registry import METRICS, TASKS, undeclared_metrics
+from harness.registry import METRICS, TASKS
+from harness.runner.catalog import undeclared_metrics
 from harness.store.db import warn_undeclared
 from harness.store.models import Result, Trial
+from tests.factories import invoke
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "results" / "data"
 
@@ -36,9 +40,29 @@ def test_every_metric_of_the_committed_results_is_declared(db: Path) -> None:
 
 
 def test_an_undeclared_stored_metric_warns(caplog: pytest.LogCaptureFixture) -> None:
-    config = {"task": {"type": "lm"}}
-    trial = PlannedTrial("k", "s", "m", "gpt", "lm", 0, {}, config)
+    recipe = SimpleNamespace(task_entry=TASKS.entry("lm"))  # all the warning reads
+    trial = PlannedTrial("k", "s", "m", "gpt", "lm", 0, {}, recipe)  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="layerbench"):
         warn_undeclared(trial, TrialResult(Status.DONE, final={"val_loss": 1.0, "mystery": 2.0}))
     assert "mystery" in caplog.text and "val_loss" not in caplog.text
     assert undeclared_metrics("lm", ["val_loss", "train_loss", "mystery"]) == ["mystery"]
+
+
+def test_every_metric_has_a_direction_a_description_and_a_unit() -> None:
+    for entry in METRICS.entries():
+        metric = entry.obj
+        assert metric.direction in set(Direction), entry.name
+        assert metric.description and entry.doc == metric.description, entry.name
+        assert isinstance(metric.unit, str), entry.name  # "": a pure number
+    assert METRICS.get("val_loss").unit == "nats/token"
+    assert METRICS.get("val_ppl").unit == ""
+    assert METRICS.get("model_bytes").direction == Direction.MIN
+
+
+def test_methods_lists_each_metric_with_its_direction_and_unit() -> None:
+    listing = json.loads(invoke("methods", "--json").stdout)
+    metrics = {entry["name"]: entry for entry in listing["metric"]}
+    assert set(metrics) == set(METRICS.names())
+    assert metrics["id_acc"]["direction"] == "max" and metrics["id_acc"]["unit"] == "fraction"
+    text = invoke("methods").stdout
+    assert "blocks left after pruning [blocks]" in text

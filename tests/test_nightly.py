@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 from harness.core import Direction
 from harness.nightly.detect import RunValues, detect, t_interval
 from harness.nightly.report import build_report, markdown, notify, write_report
-from harness.nightly.run import Executor, SuiteOutcome, exit_code, run_suite
+from harness.nightly.run import Executor, SuiteOutcome, exit_code, run_nightly_suite
 from harness.nightly.schedule import CronError, check_cron, run_schedule
 from harness.records import PlannedTrial, Status, TrialResult
 from harness.runner.backend import Ledger, Progress
@@ -87,7 +87,7 @@ def suite_path(tmp_path: Path) -> Path:
 
 def night(engine: Engine, path: Path, values: Values) -> SuiteOutcome:
     outcome = SuiteOutcome(path, load_suite(path))
-    return run_suite(engine, outcome, fake_executor(values), threading.Event(), "test-host")
+    return run_nightly_suite(engine, outcome, fake_executor(values), threading.Event(), "test-host")
 
 
 def steady(shift: dict[str, float] | None = None, noise: float = 0.0, rng_seed: int = 0) -> Values:
@@ -368,8 +368,10 @@ def test_skip_existing_runs_a_suite_once_per_commit_and_day(
     engine: Engine, suite_path: Path
 ) -> None:
     outcome = SuiteOutcome(suite_path, load_suite(suite_path))
-    first = run_suite(engine, outcome, fake_executor(steady()), threading.Event(), "h", True)
+    first = run_nightly_suite(
+        engine, outcome, fake_executor(steady()), threading.Event(), "h", True
+    )
     again = SuiteOutcome(suite_path, load_suite(suite_path))
-    second = run_suite(engine, again, fake_executor(steady()), threading.Event(), "h", True)
+    second = run_nightly_suite(engine, again, fake_executor(steady()), threading.Event(), "h", True)
     assert first.skipped is None and second.skipped.startswith("already run today")
     assert second.run.id == first.run.id and len(finished_nightly_runs(engine, "tiny")) == 1

@@ -10,14 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from harness.methods.optimizers import (
-    RMNP,
-    Muon,
-    SinkGD,
-    make_optimizer,
-    sr_sinkhorn,
-)
+from harness.methods.optimizers import make_optimizer
 from harness.methods.param_roles import model_layers
+from harness.methods.update_rules import RMNP, Muon, SinkGD, sr_sinkhorn
 from harness.registry import OPTIMIZERS, SCHEDULES
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite

@@ -13,6 +13,7 @@ from torch import nn
 
 from harness.models.gpt import GPT, GPTSpec, build_gpt
 from harness.registry import NORM_PLACEMENTS
+from harness.spec.recipe import model_norm
 from harness.spec.schema import NormSpec
 from tests.factories import tiny_gpt
 
@@ -123,13 +124,15 @@ def test_dyt_and_derf_alpha_comes_from_the_model_width(name: str) -> None:
     2048-wide model gets the 2048 row (1.0 attention, 0.5 other), not its own width's."""
     spec = {"n_layers": 1, "d_model": 2048, "n_heads": 16, "max_seq_len": 8, "d_ff": 64}
     torch.manual_seed(0)
-    model = build_gpt(GPTSpec(**spec), NormSpec(type=name, qk_norm=True), VOCAB)
+    model = build_gpt(GPTSpec(**spec), model_norm(NormSpec(type=name, qk_norm=True)), VOCAB)
     attn = model.blocks[0].attn
     assert attn.q_norm.weight.shape == (128,)
     assert attn.q_norm.alpha.item() == pytest.approx(1.0)
     assert model.blocks[0].placement.norm2.alpha.item() == pytest.approx(0.5)
     assert model.final_norm.alpha.item() == pytest.approx(0.5)
-    normformer = build_gpt(GPTSpec(**spec), NormSpec(type=name, placement="normformer"), VOCAB)
+    normformer = build_gpt(
+        GPTSpec(**spec), model_norm(NormSpec(type=name, placement="normformer")), VOCAB
+    )
     hidden_norm = normformer.blocks[0].mlp.hidden_norm
     assert hidden_norm.weight.shape == (64,) and hidden_norm.alpha.item() == pytest.approx(0.5)
 

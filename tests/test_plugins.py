@@ -33,7 +33,7 @@ def test_a_plugin_norm_validates_builds_and_trains(write_suite, tmp_path: Path) 
     methods = "pre-ln: {}\nmean: {norm: {type: meannorm, gain_init: 0.5}}"
     suite = load_suite(write_suite(tmp_path, methods, steps=2, eval_every=2, extra=PLUGIN))
     trial = next(t for t in plan_suite(suite) if t.method == "mean")
-    model = build(trial.config, prepare(trial.config)).model
+    model = build(prepare(trial.config)).model
     norm = model.blocks[0].placement.norm1
     from tests.plugins.meannorm import MeanNorm
 

@@ -18,6 +18,7 @@ from harness.methods.pruning import PruneContext, gate_norm, layers_to_remove, p
 from harness.models.gpt import GPTSpec, build_gpt
 from harness.models.gpt_hf import as_pretrained
 from harness.registry import PRUNING
+from harness.spec.recipe import model_norm
 from harness.spec.schema import NormSpec, PruneSpec
 from tests.factories import tiny_gpt
 
@@ -218,7 +219,7 @@ def test_attention_qk_scores_heads_separately_so_they_cannot_cancel() -> None:
     Frobenius norm of their summed form is 0, the per-head score sqrt(2) ||W_Q^1 (W_K^1)^T||."""
     torch.manual_seed(0)
     spec = GPTSpec(n_layers=1, d_model=16, n_heads=2, max_seq_len=16)
-    attention = build_gpt(spec, NormSpec(), VOCAB).blocks[0].attn
+    attention = build_gpt(spec, model_norm(NormSpec()), VOCAB).blocks[0].attn
     with torch.no_grad():
         attention.q_proj.weight[8:] = attention.q_proj.weight[:8]
         attention.k_proj.weight[8:] = -attention.k_proj.weight[:8]
@@ -231,7 +232,7 @@ def test_attention_qk_scores_heads_separately_so_they_cannot_cancel() -> None:
 def test_attention_qk_refuses_qk_norm_models() -> None:
     torch.manual_seed(0)
     spec = GPTSpec(n_layers=2, d_model=16, n_heads=2, max_seq_len=16)
-    model = build_gpt(spec, NormSpec(qk_norm=True), VOCAB)
+    model = build_gpt(spec, model_norm(NormSpec(qk_norm=True)), VOCAB)
     with pytest.raises(ValueError, match="QK-norm"):
         prune_model(
             model, PruneSpec(criterion="attention_qk", n=1, target="attention"), context([])

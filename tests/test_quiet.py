@@ -8,7 +8,6 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,19 +60,6 @@ def test_run_prints_no_third_party_line_and_says_where_they_went(tmp_path: Path)
     written = log.read_text()
     assert "Creating initial MLflow database tables" in written
     assert "torchao" in written
-
-
-@pytest.fixture
-def restored_logging() -> Iterator[None]:
-    """Undo `route_logs` on the root logger (this process's other tests log as usual)."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in [h for h in root.handlers if h not in handlers]:
-        root.removeHandler(handler)
-        handler.close()
-    root.setLevel(level)
-    logging.captureWarnings(False)
 
 
 def test_own_loggers_stay_on_the_terminal_and_libraries_go_to_the_file(

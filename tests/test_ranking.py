@@ -18,14 +18,13 @@ from harness.ranking import (
     TrialOutcome,
     format_ranking,
     group_table,
-    holm,
-    paired_test,
     rank,
     rich_table,
-    select_tuned,
 )
 from harness.registry import RegistryError
 from harness.spec.schema import RankSpec
+from harness.stats.outcomes import select_tuned
+from harness.stats.paired import holm, paired_test
 from tests.factories import outcomes, scipy_percentile_ci
 
 ROW_KEYS = [
@@ -81,34 +80,42 @@ def row_of(ranking: Ranking, method: str, task: str = "lm") -> RankRow:
 def test_mean_std_n_on_a_hand_made_example() -> None:
     ranking = rank(outcomes("a", [1.0, 2.0, 3.0]) + outcomes("b", [4.0]), "val_loss", None)
     a, b = row_of(ranking, "a"), row_of(ranking, "b")
-    assert (a.mean, a.std, a.n, a.n_done, a.n_failed) == (2.0, 1.0, 3, 3, 0)
-    assert (b.mean, b.std, b.ci_low, b.ci_high) == (4.0, None, None, None)
+    assert (a.seeds.mean, a.seeds.std, a.seeds.n, a.seeds.n_done, a.seeds.n_failed) == (
+        2.0,
+        1.0,
+        3,
+        3,
+        0,
+    )
+    assert (b.seeds.mean, b.seeds.std, b.seeds.ci_low, b.seeds.ci_high) == (4.0, None, None, None)
     assert ranking.direction == "min"
-    assert a.delta is a.p_value is a.verdict is None
+    assert a.versus.delta is a.versus.p_value is a.versus.verdict is None
 
 
 def test_ci_is_the_t_interval_by_default_and_a_bootstrap_on_request() -> None:
     values = list(np.random.default_rng(1).normal(5.0, 1.0, 30))
     first = row_of(rank(outcomes("a", values) + outcomes("b", [1.0] * 30), "val_loss", None), "a")
-    assert first.ci_low is not None and first.ci_high is not None
-    assert first.ci_low < first.mean < first.ci_high  # type: ignore[operator]
+    assert first.seeds.ci_low is not None and first.seeds.ci_high is not None
+    assert first.seeds.ci_low < first.seeds.mean < first.seeds.ci_high  # type: ignore[operator]
     expected = stats.t.interval(0.95, 29, loc=np.mean(values), scale=stats.sem(values))
-    assert (first.ci_low, first.ci_high) == pytest.approx(expected)
+    assert (first.seeds.ci_low, first.seeds.ci_high) == pytest.approx(expected)
     boot = row_of(
         rank(outcomes("a", values), RankSpec(metric="val_loss", ci="bootstrap"), None), "a"
     )
     again = row_of(
         rank(outcomes("a", values), RankSpec(metric="val_loss", ci="bootstrap"), None), "a"
     )
-    assert (boot.ci_low, boot.ci_high) == pytest.approx((again.ci_low, again.ci_high), abs=1e-12)
-    assert (boot.ci_low, boot.ci_high) == pytest.approx(scipy_percentile_ci(values))
+    assert (boot.seeds.ci_low, boot.seeds.ci_high) == pytest.approx(
+        (again.seeds.ci_low, again.seeds.ci_high), abs=1e-12
+    )
+    assert (boot.seeds.ci_low, boot.seeds.ci_high) == pytest.approx(scipy_percentile_ci(values))
     bca = row_of(rank(outcomes("a", values), RankSpec(metric="val_loss", ci="bca"), None), "a")
-    assert bca.ci_low is not None and bca.ci_low != boot.ci_low
+    assert bca.seeds.ci_low is not None and bca.seeds.ci_low != boot.seeds.ci_low
 
 
 def test_the_t_interval_covers_the_mean_95_percent_of_the_time_at_3_and_5_seeds() -> None:
     """4,000 normal samples of n = 3 and of n = 5: coverage of the true mean in [0.93, 0.97]."""
-    from harness.ranking.stats import t_ci
+    from harness.stats.intervals import t_ci
 
     rng = np.random.default_rng(2026)
     for n in (3, 5):
@@ -129,7 +136,7 @@ def test_bootstrap_with_few_seeds_warns_and_the_header_names_the_interval() -> N
 
 def test_identical_values_have_a_zero_width_ci() -> None:
     row = row_of(rank(outcomes("a", [0.5, 0.5, 0.5]), "val_loss", None), "a")
-    assert (row.ci_low, row.ci_high, row.std) == (0.5, 0.5, 0.0)
+    assert (row.seeds.ci_low, row.seeds.ci_high, row.seeds.std) == (0.5, 0.5, 0.0)
 
 
 def test_verdicts_against_the_baseline() -> None:
@@ -142,10 +149,10 @@ def test_verdicts_against_the_baseline() -> None:
         "same": base + rng.normal(0, 0.05, 20),
     }
     ranking = rank([o for m, v in data.items() for o in outcomes(m, v)], "val_loss", "base")
-    verdicts = {r.method: r.verdict for r in ranking.rows}
+    verdicts = {r.method: r.versus.verdict for r in ranking.rows}
     assert verdicts == {"base": "baseline", "good": "better", "bad": "worse", "same": "n.s."}
     good = row_of(ranking, "good")
-    assert good.delta == pytest.approx(np.mean(data["good"]) - np.mean(base))
+    assert good.versus.delta == pytest.approx(np.mean(data["good"]) - np.mean(base))
     assert [r.method for r in ranking.rows] == ["good", "base", "same", "bad"]
 
 
@@ -155,7 +162,7 @@ def test_verdict_follows_the_direction_of_a_max_metric() -> None:
         [o for m, v in acc.items() for o in outcomes(m, v, metric="id_acc")], "id_acc", "base"
     )
     assert ranking.direction == "max"
-    assert row_of(ranking, "up").verdict == "better"
+    assert row_of(ranking, "up").versus.verdict == "better"
     assert row_of(ranking, "up").rank == 1
 
 
@@ -173,7 +180,7 @@ def test_reported_p_values_are_holm_adjusted_paired_t_tests() -> None:
     everything = outcomes("base", base) + [o for m, v in others.items() for o in outcomes(m, v)]
     ranking = rank(everything, "val_loss", "base")
     raw = [stats.ttest_rel(v, base).pvalue for v in others.values()]
-    assert [row_of(ranking, m).p_value for m in others] == pytest.approx(holm(raw))
+    assert [row_of(ranking, m).versus.p_value for m in others] == pytest.approx(holm(raw))
 
 
 def test_paired_test_pairs_by_seed_and_handles_degenerate_differences() -> None:
@@ -197,10 +204,21 @@ def test_failed_seeds_are_counted_and_leave_no_borrowed_mean() -> None:
     ranking = rank(runs, "val_loss", "b")
     a = row_of(ranking, "a")
     # the timeout is excluded (an infrastructure failure), not counted as a failed seed
-    assert (a.n, a.n_done, a.n_failed, a.n_excluded) == (3, 2, 1, 1)
-    assert (a.mean, a.std, a.ci_low, a.delta, a.failure) == (None, None, None, None, "diverged")
+    assert (a.seeds.n, a.seeds.n_done, a.seeds.n_failed, a.seeds.n_excluded) == (3, 2, 1, 1)
+    assert (a.seeds.mean, a.seeds.std, a.seeds.ci_low, a.versus.delta, a.seeds.failure) == (
+        None,
+        None,
+        None,
+        None,
+        "diverged",
+    )
     # a diverged where b finished: a loses although its finished seeds are better
-    assert (a.verdict, a.decided_by, a.p_value, a.win_rate) == ("worse", "failures", None, 0.0)
+    assert (a.versus.verdict, a.versus.decided_by, a.versus.p_value, a.win_rate) == (
+        "worse",
+        "failures",
+        None,
+        0.0,
+    )
     md = format_ranking(ranking, "md")
     assert "| diverged |" in md and "None" not in md and "n/a" not in md
     assert "1/3 (1 excluded: crashed or timed out)" in md
@@ -211,9 +229,12 @@ def test_a_crash_or_timeout_is_never_a_loss(status: str) -> None:
     runs = outcomes("a", [1.0, 1.1, 1.2, 1.05]) + outcomes("b", [3.0, 3.1, 3.2])
     runs.append(TrialOutcome("b", "gpt", "lm", 3, status, {}))
     b = row_of(rank(runs, "val_loss", "a"), "b")
-    assert (b.n, b.n_failed, b.n_excluded, b.failure) == (3, 0, 1, None)
-    assert b.mean == pytest.approx(3.1)
-    assert (b.verdict, b.decided_by) == ("worse", "test")  # on the 3 seeds both finished
+    assert (b.seeds.n, b.seeds.n_failed, b.seeds.n_excluded, b.seeds.failure) == (3, 0, 1, None)
+    assert b.seeds.mean == pytest.approx(3.1)
+    assert (b.versus.verdict, b.versus.decided_by) == (
+        "worse",
+        "test",
+    )  # on the 3 seeds both finished
 
 
 def test_a_failed_seed_is_worse_than_any_finite_value_everywhere() -> None:
@@ -222,11 +243,11 @@ def test_a_failed_seed_is_worse_than_any_finite_value_everywhere() -> None:
     ranking = rank(runs, "val_loss", "sane")
     sane, absurd = row_of(ranking, "sane"), row_of(ranking, "absurd")
     assert (sane.win_rate, absurd.win_rate) == (1.0, 0.0)
-    assert (absurd.verdict, absurd.rank, sane.rank) == ("worse", 2, 1)
+    assert (absurd.versus.verdict, absurd.rank, sane.rank) == ("worse", 2, 1)
     assert [s.method for s in ranking.summary] == ["sane", "absurd"]
     # the same with the methods the other way round as baseline
     flipped = rank(runs, "val_loss", "absurd")
-    assert row_of(flipped, "sane").verdict == "better"
+    assert row_of(flipped, "sane").versus.verdict == "better"
     # a method with fewer failed seeds beats one with more, whatever their finished values
     partial = outcomes("once", [5.0, 5.0, None]) + outcomes("twice", [1.0, None, None])
     assert row_of(rank(partial, "val_loss", None), "once").win_rate == 1.0
@@ -235,7 +256,7 @@ def test_a_failed_seed_is_worse_than_any_finite_value_everywhere() -> None:
 def test_a_group_without_any_value_has_no_means() -> None:
     ranking = rank(outcomes("a", [None, None]) + outcomes("b", [None]), "val_loss", "a")
     for row in ranking.rows:
-        assert row.mean is row.ci_low is row.p_value is None
+        assert row.seeds.mean is row.seeds.ci_low is row.versus.p_value is None
         assert row.win_rate == 0.5
 
 
@@ -248,7 +269,7 @@ def test_a_method_with_only_failed_trials_ranks_last() -> None:
     ranking = rank(runs, "val_loss", "good")
     assert [r.method for r in ranking.rows] == ["good", "weak", "broken"]
     broken = row_of(ranking, "broken")
-    assert (broken.n_failed, broken.mean, broken.verdict) == (3, None, "worse")
+    assert (broken.seeds.n_failed, broken.seeds.mean, broken.versus.verdict) == (3, None, "worse")
     assert ranking.summary[-1].method == "broken"
 
 
@@ -307,7 +328,7 @@ def test_select_tuned_picks_one_point_per_method_or_the_best_per_seed() -> None:
     per_method = select_tuned(runs, "val_loss", Direction.MIN)
     assert sorted((o.seed, o.sweep["lr"]) for o in per_method) == [(0, 0.01), (1, 0.01), (2, 0.01)]
     row = row_of(rank(runs, "val_loss", None), "sgd")
-    assert (row.n, row.n_excluded, row.sweep) == (2, 1, {"lr": 0.01})
+    assert (row.seeds.n, row.seeds.n_excluded, row.sweep) == (2, 1, {"lr": 0.01})
     assert {t["sweep"]["lr"] for t in row.trials} == {0.01}
 
 
@@ -319,10 +340,10 @@ def test_tuning_on_one_metric_reports_another() -> None:
     runs = [trial(0, 0.1, 1.0, 3.0), trial(1, 0.1, 1.1, 3.1)]
     runs += [trial(0, 0.2, 2.0, 1.0), trial(1, 0.2, 2.1, 1.1)]
     ranking = rank(runs, RankSpec(metric="test_loss", tune_metric="val_loss"), None)
-    assert (ranking.rows[0].sweep, ranking.rows[0].mean) == ({"lr": 0.1}, pytest.approx(3.05))
+    assert (ranking.rows[0].sweep, ranking.rows[0].seeds.mean) == ({"lr": 0.1}, pytest.approx(3.05))
     assert "tuning: per_method on val_loss" in format_ranking(ranking, "md")
     optimistic = rank(runs, RankSpec(metric="test_loss", tuning="per_seed"), None)
-    assert optimistic.rows[0].mean == pytest.approx(1.05)
+    assert optimistic.rows[0].seeds.mean == pytest.approx(1.05)
     assert any("optimistic" in w for w in optimistic.warnings)
 
 
@@ -337,14 +358,14 @@ def test_unequal_sweep_sizes_are_warned_about() -> None:
 
 
 def test_seeds_needed_for_a_tie_matches_a_paired_t_power_computation() -> None:
-    from harness.ranking.stats import seeds_needed
+    from harness.stats.paired import seeds_needed
 
     base = [1.0, 1.5, 1.2, 0.9]
     other = [1.05, 1.4, 1.35, 0.95]
     row = row_of(rank(outcomes("base", base) + outcomes("x", other), "val_loss", "base"), "x")
     diffs = np.subtract(other, base)
-    assert row.verdict == "n.s." and row.seeds_needed is not None
-    assert row.seeds_needed == seeds_needed(diffs.mean(), diffs.std(ddof=1), 0.05)[0]
+    assert row.versus.verdict == "n.s." and row.versus.seeds_needed is not None
+    assert row.versus.seeds_needed == seeds_needed(diffs.mean(), diffs.std(ddof=1), 0.05)[0]
     # cross-check with the noncentral t: power reaches 0.8 at n and not at n - 1
     effect = diffs.mean() / diffs.std(ddof=1)
 
@@ -353,12 +374,12 @@ def test_seeds_needed_for_a_tie_matches_a_paired_t_power_computation() -> None:
         nc = effect * np.sqrt(n)
         return stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc)
 
-    assert power(row.seeds_needed) >= 0.8 > power(row.seeds_needed - 1)
+    assert power(row.versus.seeds_needed) >= 0.8 > power(row.versus.seeds_needed - 1)
     assert np.isnan(seeds_needed(0.0, 1.0, 0.05)).all()
 
 
 def test_seeds_needed_are_at_holms_strictest_level_when_several_methods_face_the_baseline() -> None:
-    from harness.ranking.stats import seeds_needed
+    from harness.stats.paired import seeds_needed
 
     base = [1.0, 1.5, 1.2, 0.9]
     x, y = [1.05, 1.4, 1.35, 0.95], [1.1, 1.45, 1.3, 1.0]
@@ -366,10 +387,10 @@ def test_seeds_needed_are_at_holms_strictest_level_when_several_methods_face_the
     for name, values in {"x": x, "y": y}.items():
         row = row_of(ranking, name)
         diffs = np.subtract(values, base)
-        assert row.verdict == "n.s."
+        assert row.versus.verdict == "n.s."
         # two comparisons adjusted by Holm: the first must pass 0.05 / 2
-        assert row.seeds_needed == seeds_needed(diffs.mean(), diffs.std(ddof=1), 0.025)[0]
-        assert row.seeds_needed > seeds_needed(diffs.mean(), diffs.std(ddof=1), 0.05)[0]
+        assert row.versus.seeds_needed == seeds_needed(diffs.mean(), diffs.std(ddof=1), 0.025)[0]
+        assert row.versus.seeds_needed > seeds_needed(diffs.mean(), diffs.std(ddof=1), 0.05)[0]
 
 
 def test_unknown_metric_raises_and_an_absent_baseline_is_said() -> None:
@@ -405,7 +426,7 @@ def test_csv_output_has_a_header_and_one_line_per_row(ranking: Ranking) -> None:
     header = ["task", "model", *group_table(ranking).header]
     assert lines[0] == header
     assert len(lines) == 1 + len(ranking.rows)
-    assert math.isclose(float(lines[1][header.index("mean")]), ranking.rows[0].mean or 0.0)
+    assert math.isclose(float(lines[1][header.index("mean")]), ranking.rows[0].seeds.mean or 0.0)
 
 
 def test_text_formats_name_every_method(ranking: Ranking) -> None:

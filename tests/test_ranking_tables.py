@@ -15,11 +15,11 @@ from scipy import stats
 
 from harness.core import Status
 from harness.ranking import Ranking, TrialOutcome, format_ranking, group_table, rank, tables
-from harness.ranking.examples import mcnemar_test, weight_name, wilson_ci
 from harness.runner.trial import build, prepare
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.spec.schema import RankSpec
+from harness.stats.examples import mcnemar_test, weight_name, wilson_ci
 from harness.store.db import make_engine, upgrade
 from harness.tasks.base import weight_name as task_weight_name
 from leaderboard.tables import MARKS, rows_frame, summary_frame
@@ -69,9 +69,9 @@ def test_the_ranking_and_the_leaderboard_agree_on_every_failure_count() -> None:
     ranking = rank(runs, "val_loss", "base")
     (row,) = [row for row in ranking.rows if row.method == "new"]
     # the crash and the timeout are excluded (never a loss), the diverged seed fails
-    assert (row.n, row.n_done, row.n_failed, row.n_excluded) == (2, 1, 1, 2)
+    assert (row.seeds.n, row.seeds.n_done, row.seeds.n_failed, row.seeds.n_excluded) == (2, 1, 1, 2)
     frame = rows_frame(ranking, {}).set_index("method")
-    assert frame.loc["new", "seeds failed"] == row.n_failed == frame.loc["new", "failed"]
+    assert frame.loc["new", "seeds failed"] == row.seeds.n_failed == frame.loc["new", "failed"]
     assert frame.loc["new", "excluded"] == 2 and frame.loc["new", "n"] == 2
     assert frame.loc["new", "diverged"] == 1 and frame.loc["base", "failed"] == 0
     (summary,) = [s for s in summary_frame(ranking, {}).to_dict("records") if s["method"] == "new"]
@@ -175,13 +175,15 @@ def test_single_seed_groups_with_example_outcomes_get_example_level_statistics()
     ranking = rank(trials.values(), "acc", "base", examples=examples)
     rows = {row.method: row for row in ranking.rows}
     assert all(row.unit == "examples" for row in rows.values())
-    assert (rows["good"].verdict, rows["same"].verdict) == ("better", "n.s.")
+    assert (rows["good"].versus.verdict, rows["same"].versus.verdict) == ("better", "n.s.")
     raw = [stats.binomtest(20, 20).pvalue, stats.binomtest(1, 2).pvalue]
     adjusted = np.minimum(1, np.maximum.accumulate(np.array(sorted(raw)) * [2, 1]))
-    assert rows["good"].p_value == pytest.approx(adjusted[0])
+    assert rows["good"].versus.p_value == pytest.approx(adjusted[0])
     low, high = wilson_ci(good[None, :])
-    assert (rows["good"].ci_low, rows["good"].ci_high) == pytest.approx((low[0], high[0]))
-    assert rows["good"].n == 1 and rows["good"].mean == pytest.approx(50 / n)
+    assert (rows["good"].seeds.ci_low, rows["good"].seeds.ci_high) == pytest.approx(
+        (low[0], high[0])
+    )
+    assert rows["good"].seeds.n == 1 and rows["good"].seeds.mean == pytest.approx(50 / n)
     assert "snarks / smollm (over examples: Wilson CI and exact McNemar" in format_ranking(
         ranking, "md"
     )
@@ -199,9 +201,12 @@ def test_single_seed_groups_with_example_outcomes_get_example_level_statistics()
     }
     bits = rank(bpb.values(), "bits_per_byte", "base", examples=per_window)
     worse = next(row for row in bits.rows if row.method == "worse")
-    assert (worse.unit, worse.verdict) == ("examples", "worse")
-    assert worse.p_value == pytest.approx(stats.ttest_rel(shifted, windows).pvalue)
-    assert worse.ci_low is not None and worse.ci_low < worse.mean < worse.ci_high
+    assert (worse.unit, worse.versus.verdict) == ("examples", "worse")
+    assert worse.versus.p_value == pytest.approx(stats.ttest_rel(shifted, windows).pvalue)
+    assert (
+        worse.seeds.ci_low is not None
+        and worse.seeds.ci_low < worse.seeds.mean < worse.seeds.ci_high
+    )
     assert "(over examples: " in group_table(bits).sections[0].title
     # with the bytes of each window, bits per byte is the byte-weighted mean, as the trial's
     assert weight_name("bits_per_byte") == task_weight_name("bits_per_byte")
@@ -210,8 +215,8 @@ def test_single_seed_groups_with_example_outcomes_get_example_level_statistics()
         per_window[name]["bits_per_byte:weight"] = {f"w{i}": b for i, b in enumerate(nbytes)}
     weighted = rank(bpb.values(), "bits_per_byte", "base", examples=per_window)
     base = next(row for row in weighted.rows if row.method == "base")
-    assert base.mean == pytest.approx(np.average(windows, weights=nbytes))
-    assert base.ci_low < base.mean < base.ci_high  # type: ignore[operator]
+    assert base.seeds.mean == pytest.approx(np.average(windows, weights=nbytes))
+    assert base.seeds.ci_low < base.seeds.mean < base.seeds.ci_high  # type: ignore[operator]
 
 
 def test_residual_probe_retrains_a_stored_trial_and_splits_its_stream(
@@ -226,7 +231,7 @@ def test_residual_probe_retrains_a_stored_trial_and_splits_its_stream(
     config = probe.stored_config(url, "tiny", "dyt", "gpt-2l", 0)
     probe.apply_settings(config, ["optimizer.lr=1e-3"])
     assert config["optimizer"]["lr"] == 1e-3 and config["norm"]["type"] == "dyt"
-    trial = build(config, prepare(config))
+    trial = build(prepare(config))
     probe.freeze_norm_biases(trial)
     biases = [p for n, p in trial.model.named_parameters() if "norm" in n and n.endswith("bias")]
     assert biases and all(not p.requires_grad and not p.any() for p in biases)

@@ -109,6 +109,36 @@ def test_ray_and_local_store_identical_metrics(
     assert all(t.environment["niceness"] == 0 for t in stored)  # not Ray's default 15
 
 
+def nightly_beside(suite: Path, backend: list[str]) -> str:
+    """`layerbench nightly` of the suite's folder (the suite made nightly) on the cluster
+    `backend` (its command-line options) in a fresh process while the local backend runs it
+    here: both succeed and store the same final metrics; returns the cluster run's database."""
+    directory, name = suite.parent, backend[1]
+    suite.write_text(suite.read_text() + "cadence: nightly\n")
+    on_cluster, local = (f"sqlite:///{directory / db}.db" for db in ("cluster", "local"))
+    nightly = ["nightly", str(directory), "--no-mlflow", "--reports"]
+    cluster_ran, local_ran = run_beside(
+        [*nightly, str(directory / "cluster"), "--db", on_cluster, *backend],
+        [*nightly, str(directory / "local"), "--db", local, "--workers", "2"],
+    )
+    assert cluster_ran.returncode == 0, cluster_ran.stdout + cluster_ran.stderr
+    assert local_ran.exit_code == 0, local_ran.output
+    assert f"({name} backend)" in cluster_ran.stdout and "(local backend)" in local_ran.output
+    assert len(final_metrics(on_cluster)) == 2
+    assert final_metrics(on_cluster) == final_metrics(local)
+    stored = trials_by_key(on_cluster).values()
+    assert all(t.status == "done" and t.suite_run_id is not None for t in stored)
+    return on_cluster
+
+
+def test_a_nightly_run_on_ray_stores_what_the_local_backend_stores(
+    ray_cluster: tuple[str, Path], tmp_path: Path
+) -> None:
+    address, _ = ray_cluster
+    suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
+    nightly_beside(suite, ["--backend", "ray", "--ray-address", address])
+
+
 def wait_for_new_pid(
     pids: Path, seen: set[str], driver: subprocess.Popen[str], log: Path, timeout_s: float = 120
 ) -> int:
@@ -224,10 +254,3 @@ def test_a_ray_the_backend_starts_runs_its_trials_at_normal_priority(
     monkeypatch.delenv(NICENESS_VARIABLE)
     import_ray()
     assert os.environ[NICENESS_VARIABLE] == "0"
-
-
-def test_an_unknown_backend_is_invalid_input(tiny_suite: Path) -> None:
-
-    ran = invoke("run", str(tiny_suite), "--backend", "spark")
-    assert ran.exit_code == 2
-    assert "--backend must be local, ray or slurm" in ran.output

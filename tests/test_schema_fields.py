@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
+from harness import registry as registry_module
+from harness.registry import Registry
 from harness.spec import SuiteError, load_suite
 from harness.spec.schema import Suite
 from tests.factories import ROOT, write_suite
@@ -69,3 +72,30 @@ def test_rank_section_names_known_metrics_and_tasks(tmp_path: Path) -> None:
     )
     with pytest.raises(SuiteError, match="needs a `target`"):
         load_suite(no_target)
+
+
+def section_models() -> Iterator[type[BaseModel]]:
+    """The parameter schema of every registered entry (model and task sections, synthetic
+    kinds, the methods' parameters), every registry of harness.registry."""
+    for registry in vars(registry_module).values():
+        if isinstance(registry, Registry):
+            yield from (entry.params for entry in registry.entries() if entry.params is not None)
+
+
+def model_fields(model: type[BaseModel]) -> Iterator[tuple[str, FieldInfo]]:
+    """(dotted path, field) of every field of `model` and of the models it nests."""
+    for name, info in model.model_fields.items():
+        yield f"{model.__name__}.{name}", info
+        for inner in _models(info.annotation):
+            yield from model_fields(inner)
+
+
+def test_every_suite_field_has_a_description() -> None:
+    """Every field a suite may set is documented where it is declared (the editors' schema,
+    `layerbench schema`, and `--help`-style hovers show it)."""
+    models = [Suite, *section_models()]
+    undocumented = sorted(
+        {path for model in models for path, info in model_fields(model) if not info.description}
+    )
+    assert len(models) > 20
+    assert undocumented == []

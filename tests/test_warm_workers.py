@@ -15,12 +15,15 @@ import torch
 
 from harness.runner import warm
 from harness.runner.local import context, forked_trial, run_local
-from harness.runner.trial import run_trial, train_task
-from harness.runner.warm import warm_spec
+from harness.runner.trial import run_trial
+from harness.runner.warm import train_task, warm_spec
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
+from harness.spec.schema import QuantizeSpec
 from harness.tasks.lm import LMTask
 from tests.factories import MemoryLedger, stored, write_suite
+
+RTN = QuantizeSpec(scheme="rtn")
 
 
 @pytest.mark.slow
@@ -51,10 +54,11 @@ def test_warm_up_prebuilds_the_suite_tasks_with_the_data_a_trial_builds(
     monkeypatch.setattr(warm, "_tasks", {})
     trial = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))[0]
     spec = warm_spec([trial, trial])
-    (section,) = spec["tasks"]
-    assert warm.prebuilt_task(section) is None
+    assert spec["tasks"] == [trial.config["task"]]
+    assert warm.prebuilt_task(trial.recipe.task) is None
     warm.warm_up(spec)
-    prebuilt, built = warm.prebuilt_task(dict(section)), train_task(section)
+    _, entry = trial.recipe.trained_entries()
+    prebuilt, built = warm.prebuilt_task(trial.recipe.task), train_task(entry, trial.recipe.task)
     assert isinstance(prebuilt, LMTask) and isinstance(built, LMTask)
     assert prebuilt.vocab_size == built.vocab_size
     assert prebuilt.tokens.keys() == built.tokens.keys()
@@ -66,7 +70,7 @@ def test_the_server_imports_the_model_stack_only_for_suites_that_use_it(tmp_path
     """transformers' model stack takes seconds to import: a suite that only trains the
     built-in gpt starts its fork server without it; a quantizing suite warms it up."""
     trained = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))
-    quantized = replace(trained[0], config={**trained[0].config, "quantize": {"scheme": "rtn"}})
+    quantized = replace(trained[0], recipe=replace(trained[0].recipe, quantize=RTN))
     assert warm_spec(trained)["imports"] == []
     assert warm_spec([*trained, quantized])["imports"] == list(warm.MODEL_STACK)
 
@@ -79,7 +83,7 @@ def test_a_server_without_the_model_stack_is_replaced_for_a_suite_that_uses_it(
     trains gets a server that imports the stack once, not each of its trials."""
     context()
     trained = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))
-    quantized = replace(trained[0], config={**trained[0].config, "quantize": {"scheme": "rtn"}})
+    quantized = replace(trained[0], recipe=replace(trained[0].recipe, quantize=RTN))
     warm.start_server(trained)
     first = warm._server_pid()
     warm.start_server(trained)

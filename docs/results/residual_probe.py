@@ -88,9 +88,9 @@ def embedding_cosine(trial: BuiltTrial) -> float:
 
 
 def probe(trial: BuiltTrial, steps: int, every: int) -> None:
-    generator = torch.Generator().manual_seed(trial.seed)
-    batches = trial.task.train_batches(trial.settings.train.batch_size, generator)
-    clip = trial.settings.train.grad_clip or float("inf")
+    generator = torch.Generator().manual_seed(trial.recipe.seed)
+    batches = trial.task.train_batches(trial.recipe.train.batch_size, generator)
+    clip = trial.recipe.train.grad_clip or float("inf")
     columns = [
         "step",
         "loss",
@@ -135,7 +135,7 @@ def main() -> None:
     args = parser.parse_args()
     config = stored_config(args.db, args.suite, args.method, args.model, args.seed)
     apply_settings(config, args.set)
-    trial = build(config, prepare(config))
+    trial = build(prepare(config))
     if args.no_norm_bias:
         freeze_norm_biases(trial)
     probe(trial, args.steps, args.every)

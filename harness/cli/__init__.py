@@ -3,19 +3,19 @@
 
 Thin subcommand modules that parse, call the library and render: `run` (through
 `harness.service.run_suite`), `rank` (plan, rank, report, status), `nightly` (nightly,
-schedule, alerts), `info` (validate, methods, leaderboard, db, data install, cache) and `data`
-(data prepare, list, verify); `common` holds
-the Typer apps, the shared options and the error exits.
+schedule, alerts), `info` (validate, methods, leaderboard, db, data install, cache), `data` (data
+prepare, list, verify) and `schema` (the JSON Schema of a suite, for editors); `common` holds the
+Typer apps, the shared options and the error exits.
 """
 
 import atexit
 
-from harness.cli import data, info, nightly, rank, run
+from harness.cli import data, info, nightly, rank, run, schema
 from harness.cli.common import app
 from harness.cli.rank import build_ranking
 from harness.utils import begin_startup, exit_now
 
-__all__ = ["app", "build_ranking", "data", "info", "main", "nightly", "rank", "run"]
+__all__ = ["app", "build_ranking", "data", "info", "main", "nightly", "rank", "run", "schema"]
 
 
 def main() -> None:

@@ -65,11 +65,9 @@ def main(
     ] = False,
 ) -> None:
     """LayerBench: benchmark layerwise deep-learning methods."""
-    from harness.store.url import database_url
-
     if verbose:
         os.environ[VERBOSE_ENV] = "1"
-    route_logs(log_file_beside(database_url(None)))
+    logs_beside(None)
 
     def say_where() -> None:
         if path := written():
@@ -104,11 +102,12 @@ def load(path: Path) -> Suite:
 
 
 def logs_beside(url: str | None) -> None:
-    """Third-party messages go to a file beside the database `url`, in this process and in the
-    processes it starts from now on."""
+    """Third-party messages go to a file beside the database `url` (in the cache folder where
+    that cannot be written), in this process and in the processes it starts from now on."""
+    from harness.cache import cache_dir
     from harness.store.url import database_url
 
-    route_logs(log_file_beside(database_url(url)))
+    route_logs(log_file_beside(database_url(url)), fallback=cache_dir() / "layerbench.log")
 
 
 def open_db(url: str | None) -> Engine:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from harness.cli.common import DbOption, app, data_app, db_app, fail, load, open_db
 from harness.console import console, errors
+
+if TYPE_CHECKING:
+    from harness.registry import Metric
 
 
 @app.command()
@@ -27,19 +30,15 @@ def validate(suites: Annotated[list[Path], typer.Argument(help="Suite files.")])
 def methods(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
 ) -> None:
-    """List every registered method, model, task and metric."""
-    from harness.registry import FAMILIES
+    """List every registered method, model, task, metric (with its unit) and backend."""
+    from harness.registry import BACKENDS, FAMILIES
 
     listing = {
         family: [
-            {
-                "name": e.name,
-                "doc": e.doc,
-                **({"direction": e.obj.direction} if family == "metric" else {}),
-            }
+            {"name": e.name, "doc": e.doc, **metric_fields(e.obj if family == "metric" else None)}
             for e in registry.entries()
         ]
-        for family, registry in FAMILIES.items()
+        for family, registry in {**FAMILIES, "backend": BACKENDS}.items()
     }
     if as_json:
         typer.echo(json.dumps(listing, indent=2))
@@ -47,7 +46,15 @@ def methods(
     for family, entries in listing.items():
         console.print(f"[bold]{family}[/]")
         for entry in entries:
-            console.print(f"  {entry['name']:<20} {entry['doc']}", highlight=False)
+            unit = f" [{entry['unit']}]" if entry.get("unit") else ""
+            console.print(
+                f"  {entry['name']:<20} {entry['doc']}{unit}", highlight=False, markup=False
+            )
+
+
+def metric_fields(metric: Metric | None) -> dict[str, str]:
+    """What a metric's listing adds to its name and description: its direction and unit."""
+    return {} if metric is None else {"direction": metric.direction, "unit": metric.unit}
 
 
 @app.command()

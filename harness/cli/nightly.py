@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from harness.cli.backends import BackendChoice, with_backend_options
 from harness.cli.common import DbOption, NoMlflowOption, WorkersOption, app, fail, load, open_db
 from harness.cli.run import mlflow_tracker
 from harness.console import RichProgress, console, errors
@@ -35,7 +36,7 @@ class NightlyArgs:
     suites_dir: Path
     cadence: str
     db: str | None
-    workers: int
+    backend: BackendChoice
     host_class: str | None
     reports: Path
     notify: str | None
@@ -57,8 +58,15 @@ def nightly_suites(directory: Path, cadence: str) -> list[tuple[Path, Suite]]:
 def run_nightly(args: NightlyArgs, stop: threading.Event) -> int:
     """One nightly run of every suite of the cadence; returns the exit code (SPEC 10)."""
     from harness.nightly import report as reports
-    from harness.nightly.run import SuiteOutcome, exit_code, host_class, machine, run_suite, today
-    from harness.runner.local import local_executor
+    from harness.nightly.run import (
+        SuiteOutcome,
+        exit_code,
+        host_class,
+        machine,
+        run_nightly_suite,
+        today,
+    )
+    from harness.runner.backend import BackendUnavailableError
 
     suites = nightly_suites(args.suites_dir, args.cadence)
     engine = open_db(args.db)
@@ -68,14 +76,17 @@ def run_nightly(args: NightlyArgs, stop: threading.Event) -> int:
     for path, suite in suites:
         if stop.is_set():
             break
-        console.print(f"{suite.suite}: nightly run on {host}")
-        executor = local_executor(args.workers)
+        console.print(f"{suite.suite}: nightly run on {host} ({args.backend.name} backend)")
+        executor = args.backend.executor(suite)
         outcome = SuiteOutcome(path, suite)
-        outcomes.append(
-            run_suite(
-                engine, outcome, executor, stop, host, args.skip_existing, tracker, RichProgress
+        try:
+            outcomes.append(
+                run_nightly_suite(
+                    engine, outcome, executor, stop, host, args.skip_existing, tracker, RichProgress
+                )
             )
-        )
+        except BackendUnavailableError as error:
+            raise fail(str(error)) from None
     if stop.is_set():
         errors.print("stopped: the running trials were killed and their claims released")
         return 1
@@ -99,6 +110,7 @@ def publish(report: dict[str, Any], args: NightlyArgs) -> None:
 
 
 @app.command()
+@with_backend_options
 def nightly(
     suites_dir: SuitesDir = Path("suites"),
     cadence: CadenceOption = "nightly",
@@ -112,12 +124,14 @@ def nightly(
         typer.Option(help="Skip a suite run today at this commit; resume an interrupted one."),
     ] = False,
     no_mlflow: NoMlflowOption = False,
+    *,
+    backend: BackendChoice,
 ) -> None:
     """Re-run every trial of the suites of a cadence and report regressions (exit 3)."""
     from harness.nightly.schedule import stop_on_signals
 
     args = NightlyArgs(
-        suites_dir, cadence, db, workers, host_class, reports, notify, skip_existing, not no_mlflow
+        suites_dir, cadence, db, backend, host_class, reports, notify, skip_existing, not no_mlflow
     )
     with stop_on_signals() as stop:
         code = run_nightly(args, stop)
@@ -125,6 +139,7 @@ def nightly(
 
 
 @app.command()
+@with_backend_options
 def schedule(
     cron: Annotated[str, typer.Option(help="When to run, in UTC: a cron expression.")],
     suites_dir: SuitesDir = Path("suites"),
@@ -136,6 +151,8 @@ def schedule(
     reports: ReportsOption = Path("reports"),
     notify: NotifyOption = None,
     no_mlflow: NoMlflowOption = False,
+    *,
+    backend: BackendChoice,
 ) -> None:
     """Run `layerbench nightly` at the times of a cron expression until SIGTERM; a suite already
     run that day at the same commit is skipped."""
@@ -147,7 +164,7 @@ def schedule(
         raise fail(str(error)) from None
     nightly_suites(suites_dir, cadence)  # fail now, not at 2 am
     args = NightlyArgs(
-        suites_dir, cadence, db, workers, host_class, reports, notify, True, not no_mlflow
+        suites_dir, cadence, db, backend, host_class, reports, notify, True, not no_mlflow
     )
     console.print(f"scheduled `layerbench nightly {suites_dir}` at '{cron}' (UTC)")
     with stop_on_signals() as stop:

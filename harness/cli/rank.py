@@ -39,7 +39,7 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     statuses: dict[str, str] = dict(trial_statuses(engine, [t.key for t in trials]))
     stored = {o.key: o for o in stored_outcomes(engine, [t.key for t in trials], suite=suite.suite)}
     if suite.schedule is not None:
-        from harness.ranking.rounds import unneeded_trials
+        from harness.service.rounds import unneeded_trials
 
         for key in unneeded_trials(suite, trials, list(stored.values())):
             statuses.setdefault(key, NOT_NEEDED)
@@ -49,7 +49,7 @@ def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
     counts = Counter(status_of(suite, t, statuses) for t in trials)
     console.print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     if (schedule := suite.schedule) is not None:
-        from harness.ranking.rounds import most_trials
+        from harness.service.rounds import most_trials
 
         initial = sum(t.seed < schedule.initial for t in trials)
         console.print(
@@ -88,9 +88,9 @@ def plan_lines(
     statuses: dict[str, str],
 ) -> list[str]:
     """One line per trial: key, status, value of the ranking metric, tuned mark, label."""
-    from harness.ranking import metric_value, select_tuned
     from harness.registry import METRICS
     from harness.spec.schema import tuning_seeds
+    from harness.stats.outcomes import metric_value, select_tuned
 
     metric = suite.rank.metric
     tune_metric = suite.rank.tune_metric or metric

@@ -4,11 +4,12 @@ ranking; exit 1 when a trial has no valid result."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache, partial
-from typing import TYPE_CHECKING, Annotated, Any
+from functools import cache
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from harness.cli.backends import BackendChoice, with_backend_options
 from harness.cli.common import (
     DbOption,
     NoMlflowOption,
@@ -29,31 +30,12 @@ if TYPE_CHECKING:
     from harness.runner.backend import Executor
     from harness.service import RunOptions, RunPlan, SuiteRunResult, Tracker
     from harness.spec import Suite
-    from harness.spec.schema import SlurmSpec
-
-BACKENDS = ("local", "ray", "slurm")
-
 
 OnlyOption = Annotated[str | None, typer.Option(help="method=NAME,... (or model=, task=, seed=)")]
-BackendOption = Annotated[
-    str,
-    typer.Option(help="local (--workers processes here), ray or slurm (as the cluster allows)."),
-]
-RayAddressOption = Annotated[
-    str | None, typer.Option(help="Ray cluster to join (default: $RAY_ADDRESS or a local Ray).")
-]
-RayRetriesOption = Annotated[
-    int, typer.Option("--ray-max-retries", min=0, help="Ray retries of a dead worker.")
-]
-SlurmArrayOption = Annotated[
-    int | None, typer.Option(min=1, help="Trials queued or running on Slurm at once.")
-]
-SbatchOption = Annotated[
-    list[str] | None, typer.Option(help="Another sbatch flag as KEY=VALUE (repeatable).")
-]
 
 
 @app.command()
+@with_backend_options
 def run(
     suite_path: SuiteArg,
     db: DbOption = None,
@@ -62,27 +44,12 @@ def run(
     force: Annotated[bool, typer.Option(help="Rerun trials that already have a result.")] = False,
     retry_failed: Annotated[bool, typer.Option(help="Rerun failed and timed-out trials.")] = False,
     no_mlflow: NoMlflowOption = False,
-    backend: BackendOption = "local",
-    ray_address: RayAddressOption = None,
-    retries: RayRetriesOption = 1,
-    slurm_partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
-    slurm_account: Annotated[str | None, typer.Option(help="Slurm account.")] = None,
-    slurm_qos: Annotated[str | None, typer.Option(help="Slurm quality of service.")] = None,
-    slurm_array_parallelism: SlurmArrayOption = None,
-    sbatch: SbatchOption = None,
+    *,
+    backend: BackendChoice,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
-    if backend not in BACKENDS:
-        raise fail(f"--backend must be local, ray or slurm (got '{backend}')")
     suite = load(suite_path)
-    flags = {
-        "partition": slurm_partition,
-        "account": slurm_account,
-        "qos": slurm_qos,
-        "array_parallelism": slurm_array_parallelism,
-    }
-    slurm = partial(slurm_settings, suite.slurm, flags, sbatch or [])
-    executor = executor_for(suite, backend, workers, (ray_address, retries), slurm)
+    executor = backend.executor(suite)
     logs_beside(db)  # before the fork server starts: its trials inherit the file
     prepare_early(suite, executor)
     from harness.service import RunOptions
@@ -94,23 +61,6 @@ def run(
     print_ranking(build_ranking(suite, engine))
     if outcome.failed:
         raise typer.Exit(1)
-
-
-def executor_for(
-    suite: Suite,
-    backend: str,
-    workers: int,
-    ray: tuple[str | None, int],
-    slurm: Callable[[], SlurmSpec],
-) -> Executor:
-    """The backend's executor: `ray` is (address, retries), `slurm` gives the Slurm settings."""
-    if backend == "ray":
-        return ray_executor(suite, *ray)
-    if backend == "slurm":
-        return slurm_executor(suite, slurm())
-    from harness.runner.local import local_executor
-
-    return local_executor(workers)
 
 
 def prepare_early(suite: Suite, executor: Executor) -> None:
@@ -137,8 +87,7 @@ def execute(
     options: RunOptions,
 ) -> SuiteRunResult:
     """`run_suite` with the console's display; a bad `--only`, no Ray or no Slurm exits 2."""
-    from harness.runner.ray_backend import RayUnavailableError
-    from harness.runner.slurm_backend import SlurmUnavailableError
+    from harness.runner.backend import BackendUnavailableError
     from harness.service import run_suite
     from harness.service.run import Display
     from harness.spec.plan import SelectionError
@@ -153,7 +102,7 @@ def execute(
             options=options,
             display=display,
         )
-    except (SelectionError, RayUnavailableError, SlurmUnavailableError) as error:
+    except (SelectionError, BackendUnavailableError) as error:
         raise fail(str(error)) from None
 
 
@@ -178,28 +127,3 @@ def mlflow_tracker(engine: Engine) -> Callable[[], Tracker]:
         return MLflowTracker(engine)
 
     return make
-
-
-def ray_executor(suite: Suite, address: str | None, retries: int) -> Executor:
-    from harness.runner.ray_backend import ray_executor as on_ray
-
-    return on_ray(address, suite.resources, retries)
-
-
-def slurm_settings(spec: SlurmSpec, flags: dict[str, Any], sbatch: list[str]) -> SlurmSpec:
-    """The suite's `slurm:` section with the command line's `--slurm-*` and `--sbatch` over it;
-    a `--sbatch` without `=` exits 2."""
-    extra = dict(spec.sbatch)
-    for flag in sbatch:
-        key, equals, value = flag.partition("=")
-        if not equals or not key:
-            raise fail(f"--sbatch takes KEY=VALUE, e.g. --sbatch constraint=a100 (got '{flag}')")
-        extra[key.lstrip("-")] = value
-    chosen = {name: value for name, value in flags.items() if value is not None}
-    return spec.model_copy(update={**chosen, "sbatch": extra})
-
-
-def slurm_executor(suite: Suite, slurm: SlurmSpec) -> Executor:
-    from harness.runner.slurm_backend import slurm_executor as on_slurm
-
-    return on_slurm(suite.resources, slurm)

@@ -27,72 +27,109 @@ from harness.spec.schema import ParamsModel
 
 
 class MixParams(ParamsModel):
-    post_fraction: float = Field(0.25, ge=0.0, le=1.0)
-    """The first floor(post_fraction * n_layers) layers are Post-LN (the paper's alpha)."""
+    post_fraction: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="The first floor(post_fraction * n_layers) layers are Post-LN (the paper's "
+        "alpha).",
+    )
 
 
 class DyTParams(ParamsModel):
-    alpha_init: PositiveFloat | None = None
-    """alpha_0 of every norm; None: the papers' language-model rule (`llm_alpha_init`)."""
+    alpha_init: PositiveFloat | None = Field(
+        None,
+        description="alpha_0 of every norm; None: the papers' language-model rule "
+        "(`llm_alpha_init`).",
+    )
 
 
 class DerfParams(DyTParams):
-    shift_init: float = 0.0
+    shift_init: float = Field(0.0, description="The initial value of the learnable shift s.")
 
 
 class LarsParams(ParamsModel):
-    trust_coefficient: PositiveFloat = 1e-3
-    """eta in the local rate eta ||w|| / (||g|| + wd ||w||)."""
+    trust_coefficient: PositiveFloat = Field(
+        1e-3, description="eta in the local rate eta ||w|| / (||g|| + wd ||w||)."
+    )
 
 
 class HybridParams(ParamsModel):
-    adamw_lr: PositiveFloat | None = None
-    """Learning rate of the AdamW part (embeddings, head, norms, biases); default: `lr`."""
+    adamw_lr: PositiveFloat | None = Field(
+        None,
+        description="Learning rate of the AdamW part (embeddings, head, norms, biases); "
+        "default: `lr`.",
+    )
 
 
 class MuonParams(HybridParams):
-    ns_steps: PositiveInt = 5
-    """Newton-Schulz iterations."""
-    adjust_lr_fn: Literal["original", "match_rms_adamw"] = "original"
-    """Per-matrix rate: sqrt(max(1, rows/cols)) (Jordan) or 0.2 sqrt(max(rows, cols)) (Moonshot)."""
-    ns_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    """Newton-Schulz precision: bfloat16 (torch.optim.Muon, as Jordan's reference), or float32;
-    auto: bfloat16 on CUDA, float32 on CPU, where bfloat16 matmuls are ~20x slower."""
+    ns_steps: PositiveInt = Field(5, description="Newton-Schulz iterations.")
+    adjust_lr_fn: Literal["original", "match_rms_adamw"] = Field(
+        "original",
+        description="Per-matrix rate: sqrt(max(1, rows/cols)) (Jordan) or 0.2 sqrt(max(rows, "
+        "cols)) (Moonshot).",
+    )
+    ns_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="Newton-Schulz precision: bfloat16 (torch.optim.Muon, as Jordan's "
+        "reference), or float32; auto: bfloat16 on CUDA, float32 on CPU, where bfloat16 matmuls "
+        "are ~20x slower.",
+    )
 
 
 class SinkGDParams(ParamsModel):
-    alpha: PositiveFloat = 0.05
-    """SinkGD's learning rate relative to `lr`, the AdamW part's (0.05 in the paper)."""
-    iterations: PositiveInt = 5
-    """SR-Sinkhorn iterations L (5 in the paper)."""
+    alpha: PositiveFloat = Field(
+        0.05,
+        description="SinkGD's learning rate relative to `lr`, the AdamW part's (0.05 in the "
+        "paper).",
+    )
+    iterations: PositiveInt = Field(5, description="SR-Sinkhorn iterations L (5 in the paper).")
 
 
 class ScionParams(ParamsModel):
     """Radii of the norm balls: the official shallow nanoGPT example's ("Mixed")."""
 
-    embedding_scale: PositiveFloat = 1.0
-    hidden_scale: PositiveFloat = 3.0
-    head_scale: PositiveFloat = 10.0
-    unconstrained: bool = False
-    """True: W <- W - lr scale lmo; False (the paper's default): W <- (1 - lr) W - lr scale lmo."""
+    embedding_scale: PositiveFloat = Field(
+        1.0, description="The radius of the embeddings' norm ball (column-norm LMO)."
+    )
+    hidden_scale: PositiveFloat = Field(
+        3.0,
+        description="The radius of the blocks' norm balls (spectral LMO for matrices, RMS for "
+        "vectors).",
+    )
+    head_scale: PositiveFloat = Field(
+        10.0, description="The radius of the output head's norm ball (sign LMO)."
+    )
+    unconstrained: bool = Field(
+        False,
+        description="True: W <- W - lr scale lmo; False (the paper's default): W <- (1 - lr) W "
+        "- lr scale lmo.",
+    )
 
 
 class LrDepthParams(ParamsModel):
-    decay: float = Field(0.8, gt=0.0, le=1.0)
-    """Ratio of a layer's learning rate to the next layer's (0.8 for ELECTRA-Base)."""
+    decay: float = Field(
+        0.8,
+        gt=0.0,
+        le=1.0,
+        description="Ratio of a layer's learning rate to the next layer's (0.8 for ELECTRA-Base).",
+    )
 
 
 class LLRParams(ParamsModel):
-    lr_min_ratio: PositiveFloat = 1.0
-    """LR ratio of the matrix with the smallest alpha (the most heavy-tailed)."""
-    lr_max_ratio: PositiveFloat = 5.0
-    """LR ratio of the matrix with the largest alpha."""
-    interval: PositiveInt = 100
-    """Steps between two estimates of the alphas."""
-    ramp_steps: PositiveInt = 50
-    """Steps over which the ratios move linearly to new targets."""
-    min_eigenvalues: PositiveInt = 50
-    """Matrices with fewer eigenvalues (min(rows, cols)) keep the base rate."""
+    lr_min_ratio: PositiveFloat = Field(
+        1.0, description="LR ratio of the matrix with the smallest alpha (the most heavy-tailed)."
+    )
+    lr_max_ratio: PositiveFloat = Field(
+        5.0, description="LR ratio of the matrix with the largest alpha."
+    )
+    interval: PositiveInt = Field(100, description="Steps between two estimates of the alphas.")
+    ramp_steps: PositiveInt = Field(
+        50, description="Steps over which the ratios move linearly to new targets."
+    )
+    min_eigenvalues: PositiveInt = Field(
+        50, description="Matrices with fewer eigenvalues (min(rows, cols)) keep the base rate."
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> LLRParams:
@@ -102,10 +139,8 @@ class LLRParams(ParamsModel):
 
 
 class LisaParams(ParamsModel):
-    active_layers: PositiveInt = 2
-    """Blocks trained at a time (gamma)."""
-    interval: PositiveInt = 20
-    """Steps between two draws (K)."""
+    active_layers: PositiveInt = Field(2, description="Blocks trained at a time (gamma).")
+    interval: PositiveInt = Field(20, description="Steps between two draws (K).")
 
 
 class DropParams(ParamsModel):
@@ -113,11 +148,9 @@ class DropParams(ParamsModel):
 
 
 class WdScaleParams(ParamsModel):
-    base_width: PositiveInt
-    """The width at which `lr` and `weight_decay` were tuned."""
-
-
-"""The layout fields of `quantize` a scheme may honour (QuantizerEntry.options)."""
+    base_width: PositiveInt = Field(
+        description="The width at which `lr` and `weight_decay` were tuned."
+    )
 
 
 # placement.py
@@ -181,11 +214,11 @@ OPTIMIZERS.declare(
     "scion", "harness.methods.optimizers:scion", params=ScionParams, libraries=PYTORCH_OPTIMIZER
 )
 
-# optimizers.py
-SCHEDULES.declare("constant", "harness.methods.optimizers:constant")
-SCHEDULES.declare("cosine", "harness.methods.optimizers:cosine")
-SCHEDULES.declare("linear", "harness.methods.optimizers:linear")
-SCHEDULES.declare("wsd", "harness.methods.optimizers:wsd")
+# schedules.py
+SCHEDULES.declare("constant", "harness.methods.schedules:constant")
+SCHEDULES.declare("cosine", "harness.methods.schedules:cosine")
+SCHEDULES.declare("linear", "harness.methods.schedules:linear")
+SCHEDULES.declare("wsd", "harness.methods.schedules:wsd")
 
 # layerwise.py
 LAYERWISE.declare("lr_depth", "harness.methods.layerwise:lr_depth", params=LrDepthParams)
@@ -203,7 +236,7 @@ PRUNING.declare("last_n", "harness.methods.pruning:last_n")
 PRUNING.declare("first_n", "harness.methods.pruning:first_n")
 PRUNING.declare("random", "harness.methods.pruning:random_layers")
 
-# quantization.py
+# quantization.py (rtn, gptq) and quantization_libraries.py
 QUANTIZERS.declare(
     "rtn", "harness.methods.quantization:rtn", bits=frozenset(range(2, 9)), options=LAYOUT_OPTIONS
 )
@@ -216,35 +249,35 @@ QUANTIZERS.declare(
 )
 QUANTIZERS.declare(
     "hqq",
-    "harness.methods.quantization:hqq",
+    "harness.methods.quantization_libraries:hqq",
     bits=frozenset({2, 3, 4, 8}),
     options=frozenset({"group_size"}),
     libraries=("hqq",),
 )
 QUANTIZERS.declare(
     "torchao_int8",
-    "harness.methods.quantization:torchao_int8",
+    "harness.methods.quantization_libraries:torchao_int8",
     bits=frozenset({8}),
     options=frozenset(),
     libraries=("torchao",),
 )
 QUANTIZERS.declare(
     "torchao_int4",
-    "harness.methods.quantization:torchao_int4",
+    "harness.methods.quantization_libraries:torchao_int4",
     bits=frozenset({4}),
     options=LAYOUT_OPTIONS,
     libraries=("torchao",),
 )
 QUANTIZERS.declare(
     "quanto",
-    "harness.methods.quantization:quanto",
+    "harness.methods.quantization_libraries:quanto",
     bits=frozenset({2, 4, 8}),
     options=frozenset(),
     libraries=("optimum-quanto",),
 )
 
-# quantization.py
-LAYER_IMPORTANCE.declare("cosine", "harness.methods.quantization:cosine_importance")
-LAYER_IMPORTANCE.declare("outliers", "harness.methods.quantization:outlier_importance")
-LAYER_IMPORTANCE.declare("position", "harness.methods.quantization:position_importance")
-LAYER_IMPORTANCE.declare("random", "harness.methods.quantization:random_importance")
+# layer_importance.py
+LAYER_IMPORTANCE.declare("cosine", "harness.methods.layer_importance:cosine_importance")
+LAYER_IMPORTANCE.declare("outliers", "harness.methods.layer_importance:outlier_importance")
+LAYER_IMPORTANCE.declare("position", "harness.methods.layer_importance:position_importance")
+LAYER_IMPORTANCE.declare("random", "harness.methods.layer_importance:random_importance")

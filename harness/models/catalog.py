@@ -35,23 +35,41 @@ def check_heads(d_model: int, n_heads: int, n_kv_heads: int | None, pos: str) ->
 class GPTSpec(StrictModel):
     """The `gpt` model section of a suite (SPEC 3)."""
 
-    type: Literal["gpt"] = "gpt"
-    n_layers: PositiveInt = 6
-    d_model: PositiveInt = 128
-    n_heads: PositiveInt = 4
-    n_kv_heads: PositiveInt | None = None
-    d_ff: PositiveInt | None = None
-    max_seq_len: PositiveInt = 256
-    pos: Literal["rope", "learned"] = "rope"
-    mlp: Literal["swiglu", "gelu", "relu"] = "swiglu"
-    tie_embeddings: bool = True
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    init_std: PositiveFloat = 0.02
-    init: InitProfile = "gpt2"
-    """gpt2: normal(0, init_std), residual outputs / sqrt(2 n_layers); paper: the norm
-    placement's authors' init where it differs (`Placement.paper_init`), else gpt2; unscaled:
-    normal(0, init_std) with no residual scaling for every placement."""
-    bias: bool = False
+    type: Literal["gpt"] = Field(
+        "gpt", description="The built-in decoder-only transformer (plain PyTorch)."
+    )
+    n_layers: PositiveInt = Field(6, description="Transformer blocks.")
+    d_model: PositiveInt = Field(128, description="The model width.")
+    n_heads: PositiveInt = Field(4, description="Attention heads; they must divide `d_model`.")
+    n_kv_heads: PositiveInt | None = Field(
+        None,
+        description="Key/value heads (grouped-query attention); they must divide `n_heads`; "
+        "None: `n_heads`.",
+    )
+    d_ff: PositiveInt | None = Field(
+        None,
+        description="The MLP's hidden width; None: 4 d_model, or for SwiGLU 8/3 d_model rounded "
+        "up to a multiple of 8 (the same parameters).",
+    )
+    max_seq_len: PositiveInt = Field(
+        256, description="The longest sequence (context); a task's `seq_len` must fit in it."
+    )
+    pos: Literal["rope", "learned"] = Field(
+        "rope", description="Positions: rotary embeddings, or learned absolute embeddings."
+    )
+    mlp: Literal["swiglu", "gelu", "relu"] = Field("swiglu", description="The MLP's activation.")
+    tie_embeddings: bool = Field(
+        True, description="The output head shares the token embeddings' weights."
+    )
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout probability.")
+    init_std: PositiveFloat = Field(0.02, description="The initial weights' standard deviation.")
+    init: InitProfile = Field(
+        "gpt2",
+        description="gpt2: normal(0, init_std), residual outputs / sqrt(2 n_layers); paper: the "
+        "norm placement's authors' init where it differs (`Placement.paper_init`), else gpt2; "
+        "unscaled: normal(0, init_std) with no residual scaling for every placement.",
+    )
+    bias: bool = Field(False, description="Biases in the Linear layers.")
 
     @model_validator(mode="after")
     def _heads_fit(self) -> GPTSpec:
@@ -70,10 +88,20 @@ class GPTSpec(StrictModel):
 class PretrainedSpec(StrictModel):
     """A model section of type `pretrained`."""
 
-    type: Literal["pretrained"] = "pretrained"
-    source: str = Field(min_length=1)
-    revision: str | None = None
-    dtype: Literal["fp32", "bf16"] = "fp32"
+    type: Literal["pretrained"] = Field(
+        "pretrained", description="A pretrained causal LM, evaluated (or compressed) as is."
+    )
+    source: str = Field(
+        min_length=1,
+        description="A packaged model name (smollm2-135m), a local folder, a .gguf file, or a "
+        "hub id.",
+    )
+    revision: str | None = Field(
+        None, description="The hub revision (branch, tag or commit); None: the default."
+    )
+    dtype: Literal["fp32", "bf16"] = Field(
+        "fp32", description="The dtype the weights are loaded in."
+    )
 
 
 MODELS.declare("gpt", "harness.models.gpt:build_gpt", params=GPTSpec)

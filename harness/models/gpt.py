@@ -15,10 +15,10 @@ modules, with a `PreTrainedConfig` that is also a `GPTConfig`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import Field, dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +27,8 @@ from torch import Tensor, nn
 from harness.methods.norms import NormRole
 from harness.methods.placement import SublayerNorms, init_recipe
 from harness.models.catalog import GPTSpec, check_heads, default_d_ff
-from harness.registry import NORM_PLACEMENTS, NORM_TYPES, Entry
+from harness.registry import NORM_PLACEMENTS, NORM_TYPES
+from harness.spec.recipe import ModelNorm
 from harness.spec.schema import NormSpec
 
 ROPE_BASE = 10000.0
@@ -39,9 +40,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 NormFactory = Callable[[int, NormRole], nn.Module]
 Rope = tuple[Tensor, Tensor]
-
-
-SPEC, NORM = GPTSpec.model_fields, NormSpec.model_fields
+T = TypeVar("T")
 
 
 MODEL_TYPE = "layerbench-gpt"
@@ -59,46 +58,67 @@ TRANSFORMERS_NAMES = {
 causal LM read and write, e.g. layer pruning's `num_hidden_layers`."""
 
 
-@dataclass(kw_only=True)
-class GPTConfig:
-    """Configuration of `GPT`: the `GPTSpec` fields, the vocabulary and the norm settings; each
-    field is also readable and writable under its transformers name (`TRANSFORMERS_NAMES`)."""
+def norm_field(name: str) -> str:
+    """`GPTConfig`'s name of a `NormSpec` field: `norm_` before a name that does not say norm
+    (`norm_type`, `norm_eps`; `qk_norm` as it is)."""
+    return name if "norm" in name else f"norm_{name}"
 
-    # The defaults are GPTSpec's and NormSpec's (written once, there).
+
+def spec_fields(cls: type[T]) -> type[T]:
+    """`cls` as a keyword-only dataclass with, besides its own fields, every `GPTSpec` field but
+    `type` and every `NormSpec` field (named by `norm_field`), their annotations and defaults
+    taken from the two models, so the three never disagree."""
+    derived = [(name, info) for name, info in GPTSpec.model_fields.items() if name != "type"]
+    derived += [(norm_field(name), info) for name, info in NormSpec.model_fields.items()]
+    for name, info in derived:
+        cls.__annotations__[name] = info.rebuild_annotation()
+        setattr(cls, name, info.default)
+    return dataclass(kw_only=True)(cls)
+
+
+@spec_fields
+class GPTConfig:
+    """Configuration of `GPT`: the `GPTSpec` fields, the vocabulary and the norm settings (the
+    `NormSpec` fields and the placement's and norm type's validated parameters: `ModelNorm`),
+    derived from those models by `spec_fields`; each field is also readable and writable under
+    its transformers name (`TRANSFORMERS_NAMES`)."""
+
     vocab_size: int = 256
-    n_layers: int = SPEC["n_layers"].default
-    d_model: int = SPEC["d_model"].default
-    n_heads: int = SPEC["n_heads"].default
-    n_kv_heads: int | None = SPEC["n_kv_heads"].default
-    d_ff: int | None = SPEC["d_ff"].default
-    max_seq_len: int = SPEC["max_seq_len"].default
-    pos: str = SPEC["pos"].default
-    mlp: str = SPEC["mlp"].default
-    tie_embeddings: bool = SPEC["tie_embeddings"].default
-    dropout: float = SPEC["dropout"].default
-    init_std: float = SPEC["init_std"].default
-    init: str = SPEC["init"].default
-    bias: bool = SPEC["bias"].default
-    norm_placement: str = NORM["placement"].default
-    norm_type: str = NORM["type"].default
-    norm_eps: float = NORM["eps"].default
-    norm_params: dict[str, Any] = field(default_factory=dict)
-    qk_norm: bool = NORM["qk_norm"].default
-    final_norm: bool | None = NORM["final_norm"].default
-    embed_norm: bool | None = NORM["embed_norm"].default
+    placement_params: dict[str, Any] = field(default_factory=dict)
+    norm_type_params: dict[str, Any] = field(default_factory=dict)
     output_hidden_states: bool = False
 
+    if TYPE_CHECKING:
+
+        def __init__(self, **fields: Any) -> None: ...
+
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
     def __post_init__(self) -> None:
+        """Check the heads; fill in what the sections leave to the model (None)."""
         check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.pos)
-        if self.n_kv_heads is None:
-            self.n_kv_heads = self.n_heads
-        if self.d_ff is None:
-            self.d_ff = default_d_ff(self.d_model, self.mlp)
         placement = NORM_PLACEMENTS.get(self.norm_placement)
-        if self.final_norm is None:
-            self.final_norm = placement.final_norm
-        if self.embed_norm is None:
-            self.embed_norm = placement.embed_norm
+        defaults = {
+            "n_kv_heads": self.n_heads,
+            "d_ff": default_d_ff(self.d_model, self.mlp),
+            "final_norm": placement.final_norm,
+            "embed_norm": placement.embed_norm,
+        }
+        for name, default in defaults.items():
+            if getattr(self, name) is None:
+                setattr(self, name, default)
+
+    @classmethod
+    def of(cls, spec: GPTSpec, norm: ModelNorm, vocab_size: int) -> GPTConfig:
+        """The configuration of a model section and a validated norm section."""
+        norm_fields = {norm_field(name): getattr(norm.spec, name) for name in NormSpec.model_fields}
+        return cls(
+            **spec.model_dump(exclude={"type"}),
+            **norm_fields,
+            vocab_size=vocab_size,
+            placement_params=norm.placement_params,
+            norm_type_params=norm.type_params,
+        )
 
     def __getattr__(self, name: str) -> Any:
         """A field under its transformers name (called only when no attribute has `name`)."""
@@ -108,29 +128,6 @@ class GPTConfig:
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(TRANSFORMERS_NAMES.get(name, name), value)
-
-
-def split_norm_params(
-    placement: str, norm_type: str, params: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Validate a norm section's extra fields; return (placement kwargs, norm-type kwargs)."""
-    entries = NORM_PLACEMENTS.entry(placement), NORM_TYPES.entry(norm_type)
-    known = {name for entry in entries if entry.params for name in entry.params.model_fields}
-    if unknown := sorted(set(params) - known):
-        raise ValueError(
-            f"norm fields {unknown} are not parameters of placement '{placement}' "
-            f"or norm type '{norm_type}'"
-        )
-    placement_kwargs, norm_kwargs = (validated(entry, params) for entry in entries)
-    return placement_kwargs, norm_kwargs
-
-
-def validated(entry: Entry[Any], params: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of `params` that `entry` declares, checked and completed by its params model."""
-    if entry.params is None:
-        return {}
-    own = {key: value for key, value in params.items() if key in entry.params.model_fields}
-    return entry.params.model_validate(own).model_dump()
 
 
 def rope_tables(seq_len: int, head_dim: int, device: torch.device) -> Rope:
@@ -258,13 +255,9 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config
-        placement_params, norm_params = split_norm_params(
-            config.norm_placement, config.norm_type, config.norm_params
-        )
         norm_type = NORM_TYPES.entry(config.norm_type)
-        if norm_type.model_width:
-            norm_params["model_width"] = config.d_model
-        make_norm = partial(norm_type.obj, eps=config.norm_eps, **norm_params)
+        width = {"model_width": config.d_model} if norm_type.model_width else {}
+        make_norm = partial(norm_type.obj, eps=config.norm_eps, **config.norm_type_params, **width)
         self.residual_scaling = init_recipe(config.norm_placement, config.init).residual_scaling
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         learned = config.pos == "learned"
@@ -274,7 +267,7 @@ class GPT(nn.Module):
         self.embed_norm = make_norm(config.d_model, "embed") if config.embed_norm else nn.Identity()
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
-            Block(config, i, make_norm, **placement_params) for i in range(config.n_layers)
+            Block(config, i, make_norm, **config.placement_params) for i in range(config.n_layers)
         )
         self.final_norm = make_norm(config.d_model, "final") if config.final_norm else nn.Identity()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
@@ -374,17 +367,6 @@ def causal_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
     )
 
 
-def build_gpt(spec: GPTSpec, norm: NormSpec, vocab_size: int) -> GPT:
+def build_gpt(spec: GPTSpec, norm: ModelNorm, vocab_size: int) -> GPT:
     """The built-in decoder-only transformer (nanoGPT-style GPT-2 with configurable norms)."""
-    config = GPTConfig(
-        **spec.model_dump(exclude={"type"}),
-        vocab_size=vocab_size,
-        norm_placement=norm.placement,
-        norm_type=norm.type,
-        norm_eps=norm.eps,
-        norm_params=dict(norm.model_extra or {}),
-        qk_norm=norm.qk_norm,
-        final_norm=norm.final_norm,
-        embed_norm=norm.embed_norm,
-    )
-    return GPT(config)
+    return GPT(GPTConfig.of(spec, norm, vocab_size))

@@ -20,7 +20,7 @@ the level before it; after a confirmed change the window restarts at the first f
 new level is the baseline, as asv's step detection segments a history). A seed whose tuned trial
 was done in the previous run and is diverged, failed or timed out now is a `status` alert,
 always counted as a regression. A suite's `expect` claim whose verdict (reproduced, contradicted,
-inconclusive, flipped...: `harness.ranking.findings`) differs from the previous run's is a `verdict`
+inconclusive, flipped...: `harness.claims`) differs from the previous run's is a `verdict`
 alert, reported and not counted as a regression.
 """
 
@@ -32,11 +32,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from harness.claims import Finding
 from harness.core import CellKey, Direction
-from harness.ranking.findings import Finding as ClaimFinding
-from harness.ranking.stats import ROUNDING, finite_or_none, paired_test, t_ci
 from harness.records import DONE
 from harness.spec.schema import RegressionSpec
+from harness.stats.intervals import finite_or_none, t_ci
+from harness.stats.paired import ROUNDING, paired_test
 
 Cell = CellKey
 Key = tuple[str, str, str, str]  # (method, model, task, metric)
@@ -67,7 +68,7 @@ class PastAlert:
 
 
 @dataclass(frozen=True)
-class Finding:
+class Change:
     """One alert of the current run (not yet stored)."""
 
     key: Key
@@ -209,7 +210,7 @@ def detect_key(
     rules: RegressionSpec,
     alpha: float,
     direction: Direction,
-) -> Finding | None:
+) -> Change | None:
     """The alert for one key of the current run, if its change is flagged."""
     new = current.values.get(key)
     window = baseline(key, history, alerts)[-rules.window :]
@@ -224,7 +225,7 @@ def detect_key(
     kind = ("regression" if way == "worse" else "improvement") if confirmed else "suspected"
     previous = window[-1]
     mean = stats_.window_mean
-    return Finding(
+    return Change(
         key=key,
         kind=kind,
         direction=way,
@@ -251,9 +252,9 @@ def detect_key(
     )
 
 
-def status_changes(current: RunValues, previous: RunValues) -> list[Finding]:
+def status_changes(current: RunValues, previous: RunValues) -> list[Change]:
     """A `status` alert per (method, model, task) with a seed done before and not done now."""
-    findings = []
+    changes = []
     for cell, statuses in current.statuses.items():
         before = previous.statuses.get(cell, {})
         seeds = {
@@ -262,8 +263,8 @@ def status_changes(current: RunValues, previous: RunValues) -> list[Finding]:
             if before.get(seed) == DONE and status != DONE
         }
         if seeds:
-            findings.append(
-                Finding(
+            changes.append(
+                Change(
                     key=(*cell, STATUS_METRIC),
                     kind="status",
                     direction="worse",
@@ -276,15 +277,15 @@ def status_changes(current: RunValues, previous: RunValues) -> list[Finding]:
                     },
                 )
             )
-    return findings
+    return changes
 
 
 def verdict_changes(
-    now: Sequence[ClaimFinding],
-    before: Sequence[ClaimFinding],
+    now: Sequence[Finding],
+    before: Sequence[Finding],
     current: RunValues,
     previous: RunValues,
-) -> list[Finding]:
+) -> list[Change]:
     """A `verdict` alert per claim whose verdict differs from the previous run's. Its key names
     the claim's method, recipes (models), tasks and metric; the detail has both verdicts and the
     new checks (delta, CI, p, seeds needed per recipe)."""
@@ -297,7 +298,7 @@ def verdict_changes(
         models = ", ".join(dict.fromkeys(check.model for check in finding.checks))
         tasks = ", ".join(dict.fromkeys(check.task for check in finding.checks))
         alerts.append(
-            Finding(
+            Change(
                 key=(finding.method, models, tasks, finding.metric),
                 kind="verdict",
                 direction="changed",
@@ -333,11 +334,11 @@ def detect(
     rules: RegressionSpec,
     alpha: float,
     directions: Mapping[str, Direction],
-) -> list[Finding]:
+) -> list[Change]:
     """Every alert of the current run against `history` (earlier runs, oldest first)."""
-    findings = status_changes(current, history[-1]) if history else []
+    changes = status_changes(current, history[-1]) if history else []
     for key in current.values:
-        finding = detect_key(key, current, history, alerts, rules, alpha, directions[key[3]])
-        if finding is not None:
-            findings.append(finding)
-    return findings
+        change = detect_key(key, current, history, alerts, rules, alpha, directions[key[3]])
+        if change is not None:
+            changes.append(change)
+    return changes

@@ -22,27 +22,27 @@ from typing import Any
 from sqlalchemy import Engine
 
 from harness import service
+from harness.claims import Finding
 from harness.core import CellKey, RunStatus, cell_of
 from harness.env import cpu_model, git_commit, package_versions
 from harness.nightly.detect import (
     STREAK_KINDS,
-    Finding,
+    Change,
     Key,
     PastAlert,
     RunValues,
     detect,
     verdict_changes,
 )
-from harness.ranking import metric_value, select_tuned
-from harness.ranking.findings import Finding as ClaimFinding
 from harness.ranking.suite import claim_findings, plan_of
 from harness.records import FAILED_STATUSES, PlannedTrial
 from harness.registry import METRICS
 from harness.runner.backend import Executor
 from harness.service.run import Display, ProgressDisplay, Tracker
 from harness.spec import Suite
-from harness.spec.declaration import declared_ranking
+from harness.spec.declaration import RankingDeclaration
 from harness.spec.schema import tuning_seeds
+from harness.stats.outcomes import metric_value, select_tuned
 from harness.store.db import finite
 from harness.store.models import Alert, SuiteRun
 from harness.store.nightly import (
@@ -122,7 +122,7 @@ class NightlyRecord:
                 self.skipped = f"already run today at this commit (suite run #{self.run.id})"
                 return []
         if self.run is None:
-            declared = declared_ranking(suite)
+            declared = RankingDeclaration.of_suite(suite)
             self.run = start_nightly_run(
                 store, suite.suite, suite.cadence, len(planned), declared, self.host, machine()
             )
@@ -140,7 +140,7 @@ class NightlyRecord:
         self.run = end_nightly_run(store, self.run.id, status)
 
 
-def run_suite(
+def run_nightly_suite(
     engine: Engine,
     outcome: SuiteOutcome,
     executor: Executor,
@@ -215,7 +215,7 @@ def past_alerts(alerts: Sequence[Alert]) -> dict[tuple[int, Key], PastAlert]:
     }
 
 
-def claim_verdicts(engine: Engine, suite: Suite, run: SuiteRun) -> list[ClaimFinding]:
+def claim_verdicts(engine: Engine, suite: Suite, run: SuiteRun) -> list[Finding]:
     """The verdicts of the suite's `expect` claims on one nightly run's trials."""
     outcomes = run_outcomes(engine, run.id)
     return claim_findings(plan_of(suite, []), outcomes)
@@ -231,17 +231,17 @@ def detect_run(engine: Engine, suite: Suite, run: SuiteRun) -> list[Alert]:
     alerts = past_alerts(stored_alerts(engine, suite.suite, [r.id for r in earlier]))
     directions = {metric: METRICS.get(metric).direction for metric in metrics}
     current = run_values(engine, run, metrics, tuned_on)
-    findings = detect(current, history, alerts, suite.regression, suite.rank.alpha, directions)
+    changes = detect(current, history, alerts, suite.regression, suite.rank.alpha, directions)
     if suite.expect and earlier:
         now, before = (claim_verdicts(engine, suite, r) for r in (run, earlier[-1]))
-        findings += verdict_changes(now, before, current, history[-1])
-    return [alert_row(finding, run) for finding in findings]
+        changes += verdict_changes(now, before, current, history[-1])
+    return [alert_row(change, run) for change in changes]
 
 
-def alert_row(finding: Finding, run: SuiteRun) -> Alert:
-    method, model, task, metric = finding.key
-    detail = dict(finding.detail)
-    z = finding.z
+def alert_row(change: Change, run: SuiteRun) -> Alert:
+    method, model, task, metric = change.key
+    detail = dict(change.detail)
+    z = change.z
     if z is not None and finite(z) is None:
         detail["z"] = "inf" if z > 0 else "-inf"  # outside any band: the window has no spread
     return Alert(
@@ -251,21 +251,21 @@ def alert_row(finding: Finding, run: SuiteRun) -> Alert:
         model=model,
         task=task,
         metric=metric,
-        kind=finding.kind,
-        direction=finding.direction,
-        old_mean=finding.old_mean,
-        old_ci_low=finding.old_ci[0],
-        old_ci_high=finding.old_ci[1],
-        new_mean=finding.new_mean,
-        new_ci_low=finding.new_ci[0],
-        new_ci_high=finding.new_ci[1],
-        delta=finding.delta,
-        percent=finding.percent,
-        p_value=finding.p_value,
+        kind=change.kind,
+        direction=change.direction,
+        old_mean=change.old_mean,
+        old_ci_low=change.old_ci[0],
+        old_ci_high=change.old_ci[1],
+        new_mean=change.new_mean,
+        new_ci_low=change.new_ci[0],
+        new_ci_high=change.new_ci[1],
+        delta=change.delta,
+        percent=change.percent,
+        p_value=change.p_value,
         z=None if z is None else finite(z),
-        tolerance=finding.tolerance,
-        commit_before=finding.commit_before,
-        commit_after=finding.commit_after,
+        tolerance=change.tolerance,
+        commit_before=change.commit_before,
+        commit_after=change.commit_after,
         detail=detail,
         acknowledged=False,
         created_at=datetime.now(UTC),

@@ -1,22 +1,18 @@
 """Ranking of trial outcomes, shared by the CLI, the leaderboard and the results docs.
 
-- `outcomes`: trial outcomes and the tuning of sweep points;
-- `stats`, `examples`: intervals, paired tests, Holm, power (per seed and per example);
+- `outcomes`: each sweep point as a method, sweep sizes, time and steps to a target;
 - `groups`, `ranker`: one (task, model) group's statistics, and `rank` over all of them;
+- `records`: what a ranking returns (`RankRow` and its parts, `MethodSummary`, `Ranking`);
+- `aggregates`: the overall statistics (`harness.registry.AGGREGATES`); `ties`: tie groups;
 - `table`, `render`: a neutral table model and its renderers (terminal, md, csv, latex, json);
-- `suite`: `rank_suite`, the one path from a stored suite to its `Ranking`.
+- `suite`: `rank_suite`, the one path from a stored suite to its `Ranking` and its claims'
+  findings (`harness.claims`).
 
-No torch here; only `suite` reads the database.
+The statistics themselves are `harness.stats`'. No torch here; only `suite` reads the database.
 """
 
 from harness.core import EvalPoint, TrialOutcome, point_label
-from harness.ranking.outcomes import (
-    Target,
-    each_point,
-    metric_value,
-    select_tuned,
-    target_hit,
-)
+from harness.ranking.outcomes import Target, each_point, target_hit
 from harness.ranking.ranker import profile_scores, rank
 from harness.ranking.records import MethodSummary, Ranking, RankRow
 from harness.ranking.render import (
@@ -27,7 +23,6 @@ from harness.ranking.render import (
     rich_table,
     to_text,
 )
-from harness.ranking.stats import holm, paired_test
 from harness.ranking.table import (
     Cell,
     Column,
@@ -54,16 +49,12 @@ __all__ = [
     "each_point",
     "format_ranking",
     "group_table",
-    "holm",
     "is_format",
-    "metric_value",
     "overall_table",
-    "paired_test",
     "point_label",
     "profile_scores",
     "rank",
     "rich_table",
-    "select_tuned",
     "tables",
     "target_hit",
     "to_text",

@@ -9,7 +9,7 @@ mean, std or CI (shown as diverged). A crashed or timed-out seed (an infrastruct
 it (`n_excluded`).
 
 With `unit = "examples"` (one seed per method, per-example outcomes given), the columns are
-examples instead of seeds and the intervals and tests are those of `harness.ranking.examples`.
+examples instead of seeds and the intervals and tests are those of `harness.stats.examples`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,17 @@ import numpy as np
 
 from harness.core import Direction, SeedKey, Status, TrialOutcome
 from harness.core.status import FAILURE_ORDER
-from harness.ranking.examples import (
+from harness.ranking.records import (
+    NOT_SIGNIFICANT,
+    BaselineTest,
+    RankRow,
+    RankVerdict,
+    SeedStats,
+    TimeToTarget,
+    Unit,
+)
+from harness.spec.schema import CIMethod
+from harness.stats.examples import (
     ExampleOutcomes,
     example_ci,
     example_matrix,
@@ -34,18 +44,14 @@ from harness.ranking.examples import (
     weight_name,
     weighted_means,
 )
-from harness.ranking.outcomes import counts_in_comparisons, failure_label, metric_value
-from harness.ranking.records import NOT_SIGNIFICANT, RankRow, Unit, Verdict
-from harness.ranking.stats import (
-    holm,
-    mean_ci,
-    median_ci,
-    paired_test,
-    row_means,
-    row_stds,
-    seeds_needed,
+from harness.stats.intervals import mean_ci, median_ci, row_means, row_stds
+from harness.stats.outcomes import (
+    counts_in_comparisons,
+    failure_label,
+    metric_value,
+    seed_matrix,
 )
-from harness.spec.schema import CIMethod
+from harness.stats.paired import holm, paired_test, seeds_needed
 
 Hits = Mapping[SeedKey, tuple[float, float]]
 Test = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -102,24 +108,15 @@ def build_group(
     examples: ExampleOutcomes | None,
     per_method_points: bool,
 ) -> Group:
-    methods = sorted({o.method for o in outcomes})
-    seeds = sorted({o.seed for o in outcomes})
-    row, col = {m: i for i, m in enumerate(methods)}, {s: j for j, s in enumerate(seeds)}
-    shape = (len(methods), len(seeds))
+    matrix = seed_matrix(outcomes, metric)
+    methods, at = matrix.methods, matrix.at
     labels: list[set[Status]] = [set() for _ in methods]
     sweeps: list[dict[str, Any] | None] = [None] * len(methods)
     trials: list[list[dict[str, Any]]] = [[] for _ in methods]
-    rows, cols, found, counted = [], [], [], []  # per outcome
-    for outcome in outcomes:
-        i = row[outcome.method]
+    for outcome, i in zip(outcomes, at[0], strict=True):
         value = metric_value(outcome, metric)
-        counts = counts_in_comparisons(outcome, value)
-        if value is None and counts:
+        if value is None and counts_in_comparisons(outcome, value):
             labels[i].add(failure_label(outcome))
-        rows.append(i)
-        cols.append(col[outcome.seed])
-        found.append(np.nan if value is None else value)
-        counted.append(counts)
         trials[i].append(
             {
                 "seed": outcome.seed,
@@ -131,32 +128,27 @@ def build_group(
         )
         if per_method_points and outcome.sweep:
             sweeps[i] = dict(outcome.sweep)
-    at = (np.array(rows, dtype=int), np.array(cols, dtype=int))
-    values = np.full(shape, np.nan)
-    present, excluded = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
-    values[at], present[at], excluded[at] = found, counted, np.logical_not(counted)
     steps = times = None
     if hits is not None:
-        steps, times = np.full(shape, np.nan), np.full(shape, np.nan)
+        steps, times = np.full(matrix.values.shape, np.nan), np.full(matrix.values.shape, np.nan)
         reached = [hits[SeedKey(o.method, model, task, o.seed)] for o in outcomes]
         steps[at], times[at] = np.array(reached, dtype=float).reshape(-1, 2).T
-    failed = present & np.isnan(values)
-    failures = [_failure_name(found) for found in labels]
     group = Group(
         task=task,
         model=model,
         methods=methods,
-        values=values,
-        present=present,
-        failed=failed,
-        failures=failures,
+        values=matrix.values,
+        present=matrix.present,
+        failed=matrix.failed,
+        failures=[_failure_name(found) for found in labels],
         sweeps=sweeps,
         trials=trials,
         steps=steps,
         times=times,
-        excluded=excluded,
+        excluded=matrix.excluded,
     )
-    if examples is not None and len(seeds) == 1:
+    if examples is not None and len(matrix.seeds) == 1:
+        row = {method: i for i, method in enumerate(methods)}
         return _by_example(group, outcomes, metric, examples, row) or group
     return group
 
@@ -263,7 +255,7 @@ def win_rates(group: Group, alpha: float, direction: Direction) -> np.ndarray:
 @dataclass(frozen=True)
 class BaselineTests:
     p: np.ndarray
-    verdicts: list[Verdict | None]
+    verdicts: list[RankVerdict | None]
     decided_by: list[str | None]
     needed: list[int | None]
 
@@ -289,7 +281,7 @@ def baseline_tests(
     p[decisive] = np.nan
     tested = ~np.isnan(p)
     p[tested] = holm(p[tested])
-    verdicts: list[Verdict | None] = []
+    verdicts: list[RankVerdict | None] = []
     decided: list[str | None] = []
     for k in range(m):
         verdict, how = _verdict(k == b, decisive[k], by_failure[k], p[k], by_diff[k], alpha)
@@ -308,7 +300,7 @@ def baseline_tests(
 
 def _verdict(
     is_baseline: bool, decisive: bool, by_failure: float, p: float, sign: float, alpha: float
-) -> tuple[Verdict | None, str | None]:
+) -> tuple[RankVerdict | None, str | None]:
     if is_baseline:
         return "baseline", None
     if decisive:
@@ -371,32 +363,36 @@ def group_rows(group: Group, rules: GroupRules) -> list[RankRow]:
             model=group.model,
             metric=metric,
             method=group.methods[i],
-            mean=_opt(means[i]),
-            std=_opt(stds[i]),
-            n=int(n[i]),
-            n_done=int(n[i] - n_failed[i]),
-            n_failed=int(n_failed[i]),
-            n_excluded=int(excluded[i]),
-            ci_low=_opt(low[i]),
-            ci_high=_opt(high[i]),
-            delta=_opt(deltas[i]),
-            p_value=_opt(tests.p[i]),
-            verdict=tests.verdicts[i],
-            win_rate=_opt(rates[i]),
             rank=position,
-            failure=group.failures[i],
-            decided_by=tests.decided_by[i],  # type: ignore[arg-type]
-            seeds_needed=tests.needed[i],
+            win_rate=_opt(rates[i]),
+            seeds=SeedStats(
+                mean=_opt(means[i]),
+                std=_opt(stds[i]),
+                n=int(n[i]),
+                n_done=int(n[i] - n_failed[i]),
+                n_failed=int(n_failed[i]),
+                ci_low=_opt(low[i]),
+                ci_high=_opt(high[i]),
+                failure=group.failures[i],
+                n_excluded=int(excluded[i]),
+            ),
+            versus=BaselineTest(
+                delta=_opt(deltas[i]),
+                p_value=_opt(tests.p[i]),
+                verdict=tests.verdicts[i],
+                decided_by=tests.decided_by[i],  # type: ignore[arg-type]
+                seeds_needed=tests.needed[i],
+            ),
+            to_target=to_target[i] if to_target else TimeToTarget(),
             sweep=group.sweeps[i],
             trials=sorted(group.trials[i], key=itemgetter("seed")),
             unit=group.unit,
-            **(to_target[i] if to_target else {}),
         )
         for position, i in enumerate(order, start=1)
     ]
 
 
-def _to_target(group: Group) -> list[dict[str, Any]] | None:
+def _to_target(group: Group) -> list[TimeToTarget] | None:
     """Per method: seeds that reach the target, and the median and CI over seeds of the fewest
     steps and least train time to it (a seed that never reaches it is infinite)."""
     if group.steps is None or group.times is None:
@@ -405,12 +401,20 @@ def _to_target(group: Group) -> list[dict[str, Any]] | None:
     for i in range(len(group.methods)):
         present = group.present[i] if group.unit == "seeds" else ~np.isnan(group.steps[i])
         steps, times = group.steps[i][present], group.times[i][present]
-        cells: dict[str, Any] = {"n_reached": int(np.isfinite(steps).sum())}
-        for name, values in (("steps", steps), ("time", times)):
-            median, low, high = median_ci(values)
-            cells[f"{name}_to_target"] = _opt(median) if np.isfinite(median) else None
-            cells[f"{name}_ci_low"], cells[f"{name}_ci_high"] = _opt(low), _opt(high)
-        result.append(cells)
+        (steps_median, steps_low, steps_high), (time_median, time_low, time_high) = (
+            median_ci(values) for values in (steps, times)
+        )
+        result.append(
+            TimeToTarget(
+                n_reached=int(np.isfinite(steps).sum()),
+                steps_to_target=_opt(steps_median),
+                steps_ci_low=_opt(steps_low),
+                steps_ci_high=_opt(steps_high),
+                time_to_target=_opt(time_median),
+                time_ci_low=_opt(time_low),
+                time_ci_high=_opt(time_high),
+            )
+        )
     return result
 
 

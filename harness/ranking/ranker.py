@@ -1,16 +1,18 @@
 """`rank`: outcomes -> a `Ranking` (rows per (task, model) group, the overall summary).
 
 - Groups. Statistics are per (task, model) group, per method, over seeds, after the sweep
-  points are tuned (`harness.ranking.outcomes.select_tuned`). A task whose finished trials do
+  points are tuned (`harness.stats.outcomes.select_tuned`). A task whose finished trials do
   not report the metric is left out (a perplexity task has no `acc`).
 - Per group (`harness.ranking.groups`): mean, sd, the 95% CI (`rank.ci`), the paired test vs
   the baseline (Holm-adjusted over the group's methods), verdict, seeds needed for a tie, the
   HELM win rate, the rank (methods with no finished seed last; then win rate, fewer failed
   seeds, better mean, name), the tie group (the ranks the Holm-adjusted pairwise tests allow,
-  `harness.ranking.ties`), and the median steps and time to target with their CIs.
-- Overall (`rank.aggregate`): mean win rate over groups (HELM; Liang et al., 2022), mean rank,
-  `normalized` (mean over groups of the method's mean / the baseline's mean, HELM's normalized
-  score), or the AlgoPerf performance profile score (below). The summary is sorted by it.
+  `harness.stats.ties`), and the median steps and time to target with their CIs.
+- Overall (`rank.aggregate`, a statistic of `harness.registry.AGGREGATES`, implemented in
+  `harness.ranking.aggregates`): mean win rate over groups (HELM; Liang et al., 2022), mean
+  rank, `normalized` (mean over groups of the method's mean / the baseline's mean, HELM's
+  normalized score), or the AlgoPerf performance profile score (below). The summary is sorted
+  by it.
 - Performance profile (Dahl et al., 2023). A workload is a (task, model) group; a method's time
   on it is the median over its seeds of the least train time to the target, a seed that never
   reaches it counting as infinite. r = time / the best method's time on the workload. The score
@@ -25,14 +27,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from harness.core import CellKey, Direction, GroupKey, Status, TrialOutcome, cell_of
-from harness.ranking.examples import ExampleOutcomes
+from harness.ranking.aggregates import Standing, scores
 from harness.ranking.groups import Group, GroupRules, build_group, group_rows, median_times
-from harness.ranking.outcomes import fastest_hits, select_tuned, sweep_sizes, swept
+from harness.ranking.outcomes import fastest_hits, sweep_sizes
 from harness.ranking.records import MethodSummary, Ranking, RankRow
-from harness.ranking.stats import BOOTSTRAP_MIN_N
 from harness.ranking.ties import with_tie_groups
 from harness.registry import METRICS
-from harness.spec.schema import Aggregate, RankSpec
+from harness.spec.schema import RankSpec
+from harness.stats.examples import ExampleOutcomes
+from harness.stats.intervals import BOOTSTRAP_MIN_N
+from harness.stats.outcomes import select_tuned, swept
 
 R_MAX = 4.0
 """AlgoPerf's largest performance ratio: a method slower than 4x the best scores 0 there."""
@@ -192,15 +196,16 @@ def profile_scores(workloads: list[dict[str, float]], methods: Iterable[str]) ->
 
 def _normalized(rows: list[RankRow], baseline: str | None) -> dict[str, float | None]:
     """Mean over groups of mean / baseline mean; None where a group lacks either mean."""
-    base = {(r.task, r.model): r.mean for r in rows if r.method == baseline}
+    base = {(r.task, r.model): r.seeds.mean for r in rows if r.method == baseline}
     ratios: dict[str, list[float]] = {}
     missing: set[str] = set()
     for row in rows:
         reference = base.get((row.task, row.model))
-        if row.mean is None or not reference:
+        mean = row.seeds.mean
+        if mean is None or not reference:
             missing.add(row.method)
         else:
-            ratios.setdefault(row.method, []).append(row.mean / reference)
+            ratios.setdefault(row.method, []).append(mean / reference)
     return {
         method: None if method in missing else sum(found) / len(found)
         for method, found in ratios.items()
@@ -211,39 +216,31 @@ def _summarize(
     rows: list[RankRow],
     baseline: str | None,
     profiles: dict[str, dict[str, float]],
-    aggregate: Aggregate,
+    aggregate: str,
     direction: Direction,
 ) -> list[MethodSummary]:
+    """Each method's summary over its groups, best first by the overall statistic `aggregate`
+    (`harness.ranking.aggregates`; missing scores last), then mean rank, then name."""
     by_method: dict[str, list[RankRow]] = {}
     for row in rows:
         by_method.setdefault(row.method, []).append(row)
     normalized = _normalized(rows, baseline) if baseline else {}
-    summaries = []
+    standings = []
     for method, method_rows in by_method.items():
         rates = [row.win_rate for row in method_rows if row.win_rate is not None]
-        summaries.append(
-            MethodSummary(
-                method=method,
-                mean_win_rate=sum(rates) / len(rates) if rates else None,
-                mean_rank=sum(row.rank for row in method_rows) / len(method_rows),
-                n_trials=sum(row.n for row in method_rows),
-                n_failed=sum(row.n_failed for row in method_rows),
-                normalized=normalized.get(method),
-                profile_steps=profiles.get("steps", {}).get(method),
-                profile_time=profiles.get("time", {}).get(method),
-            )
+        summary = MethodSummary(
+            method=method,
+            mean_win_rate=sum(rates) / len(rates) if rates else None,
+            mean_rank=sum(row.rank for row in method_rows) / len(method_rows),
+            n_trials=sum(row.seeds.n for row in method_rows),
+            n_failed=sum(row.seeds.n_failed for row in method_rows),
+            normalized=normalized.get(method),
+            profile_steps=profiles.get("steps", {}).get(method),
+            profile_time=profiles.get("time", {}).get(method),
         )
-    return sorted(summaries, key=lambda s: (*_aggregate_key(s, aggregate, direction), s.method))
-
-
-def _aggregate_key(
-    summary: MethodSummary, aggregate: Aggregate, direction: Direction
-) -> tuple[Any, ...]:
-    """Best first: the chosen aggregate (missing values last), then mean rank."""
-    score = {
-        "mean_win_rate": summary.mean_win_rate,
-        "performance_profile": summary.profile_time,
-        "mean_rank": -summary.mean_rank,
-        "normalized": None if summary.normalized is None else direction.gain(summary.normalized),
-    }[aggregate]
-    return (score is None, -(score or 0.0), summary.mean_rank)
+        standings.append(Standing(summary, method_rows, direction))
+    score = scores(aggregate, standings)
+    return sorted(
+        (s.summary for s in standings),
+        key=lambda s: (score[s.method] is None, -(score[s.method] or 0.0), s.mean_rank, s.method),
+    )

@@ -10,15 +10,15 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from harness.cache import DataMissingError
+from harness.claims import IMPLICIT_SOURCE, Finding, TrivialLevels, findings
 from harness.core import TrialOutcome
-from harness.ranking.examples import ExampleOutcomes
-from harness.ranking.findings import IMPLICIT_SOURCE, Finding, TrivialLevels, findings
 from harness.ranking.outcomes import each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
 from harness.registry import TASKS, RegistryError, TrainTaskEntry
 from harness.spec.declaration import RankingDeclaration
 from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite, tuning_seeds
+from harness.stats.examples import ExampleOutcomes
 from harness.store.coverage import unstored_notes
 from harness.store.nightly import latest_results
 from harness.store.queries import (
@@ -255,7 +255,7 @@ SEQUENTIAL_WARNING = (
 def compared_claims(plan: RankPlan, outcomes: Sequence[TrialOutcome]) -> tuple[Claim, ...]:
     """The plan's `expect` claims; under sequential seeds without claims, each method against
     the baseline (two-sided: `better` is decided either way), the comparisons that steer the
-    seeds (`harness.ranking.rounds`)."""
+    seeds (`harness.service.rounds`)."""
     if not implicit_claims(plan):
         return plan.claims
     methods = sorted({o.method for o in outcomes} - {plan.baseline})

@@ -9,18 +9,21 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from harness.claims.sequential import SEQUENTIAL_HEADER, describe, verdict_note
 from harness.core import Direction, point_label
+from harness.ranking.aggregates import scores as aggregate_scores
+from harness.ranking.aggregates import standings
 from harness.ranking.records import Ranking, RankRow
-from harness.ranking.sequential import SEQUENTIAL_HEADER, describe, verdict_note
-from harness.ranking.stats import CONFIDENCE_LEVEL
+from harness.registry import AGGREGATES
+from harness.stats.intervals import CONFIDENCE_LEVEL
 
 if TYPE_CHECKING:
-    from harness.ranking.findings import RecipeCheck
+    from harness.claims import RecipeCheck
 
 MIN, MAX = Direction.MIN, Direction.MAX
 EMPTY = "\u2013"  # an en dash
 TIE_GROUP = "tie group"
-"""The ranks the tests allow, e.g. "1-3" (`harness.ranking.ties`)."""
+"""The ranks the tests allow, e.g. "1-3" (`harness.stats.ties`)."""
 NEVER = "never"
 CI_NAMES = {"t": "t-interval", "bootstrap": "percentile bootstrap", "bca": "BCa bootstrap"}
 
@@ -151,15 +154,16 @@ def group_header(ranking: Ranking) -> list[Column]:
 
 
 def _mean(row: RankRow) -> Cell:
-    if row.failure is not None:
-        return Cell(None, row.failure)
-    return number(row.mean)
+    if row.seeds.failure is not None:
+        return Cell(None, row.seeds.failure)
+    return number(row.seeds.mean)
 
 
 def _half_width(row: RankRow) -> Cell:
-    if row.ci_low is None or row.ci_high is None:
+    low, high = row.seeds.ci_low, row.seeds.ci_high
+    if low is None or high is None:
         return number(None)
-    return number((row.ci_high - row.ci_low) / 2, ".2g")
+    return number((high - low) / 2, ".2g")
 
 
 def _median(median: float | None, low: float | None, high: float | None) -> Cell:
@@ -179,8 +183,9 @@ def _excluded(count: int) -> str:
 
 def row_cells(row: RankRow, ranking: Ranking) -> list[Cell]:
     """A row's cells, in the order of `group_header(ranking)`."""
-    verdict = row.verdict
-    if verdict and row.decided_by == "failures":
+    seeds, versus, to_target = row.seeds, row.versus, row.to_target
+    verdict = versus.verdict
+    if verdict and versus.decided_by == "failures":
         verdict_text = f"{verdict} (failures)"
     else:
         verdict_text = verdict or EMPTY
@@ -190,18 +195,24 @@ def row_cells(row: RankRow, ranking: Ranking) -> list[Cell]:
         _method(row),
         _mean(row),
         _half_width(row),
-        number(row.delta, "+.3g"),
-        number(row.p_value, ".3g"),
+        number(versus.delta, "+.3g"),
+        number(versus.p_value, ".3g"),
         Cell(verdict, verdict_text, verdict),
         number(row.win_rate, ".3f"),
-        Cell(row.n_failed, f"{row.n_failed}/{row.n}" + _excluded(row.n_excluded)),
-        Cell(row.seeds_needed, EMPTY if row.seeds_needed is None else str(row.seeds_needed)),
+        Cell(seeds.n_failed, f"{seeds.n_failed}/{seeds.n}" + _excluded(seeds.n_excluded)),
+        Cell(
+            versus.seeds_needed,
+            EMPTY if versus.seeds_needed is None else str(versus.seeds_needed),
+        ),
     ]
     if ranking.target:
         cells += [
-            _median(row.steps_to_target, row.steps_ci_low, row.steps_ci_high),
-            _median(row.time_to_target, row.time_ci_low, row.time_ci_high),
-            Cell(row.n_reached, f"{row.n_reached}/{row.n}" if row.n_reached is not None else EMPTY),
+            _median(to_target.steps_to_target, to_target.steps_ci_low, to_target.steps_ci_high),
+            _median(to_target.time_to_target, to_target.time_ci_low, to_target.time_ci_high),
+            Cell(
+                to_target.n_reached,
+                f"{to_target.n_reached}/{seeds.n}" if to_target.n_reached is not None else EMPTY,
+            ),
         ]
     return cells
 
@@ -233,14 +244,6 @@ def group_table(ranking: Ranking) -> Table:
     )
 
 
-AGGREGATE_NAMES = {
-    "mean_win_rate": "mean win rate",
-    "mean_rank": "mean rank",
-    "normalized": "mean / baseline",
-    "performance_profile": "profile score (time)",
-}
-
-
 def overall_table(ranking: Ranking) -> Table:
     """The methods' standing over every group, sorted by `rank.aggregate`."""
     header = [
@@ -258,6 +261,11 @@ def overall_table(ranking: Ranking) -> Table:
             Column("profile_steps", "profile score (steps)", MAX),
             Column("profile_time", "profile score (time)", MAX),
         ]
+    aggregate = AGGREGATES.entry(ranking.aggregate)
+    scores = {}
+    if aggregate.column is None:  # a registered statistic the table has no column for
+        header.append(Column(aggregate.name, aggregate.label, MAX))
+        scores = aggregate_scores(aggregate.name, standings(ranking))
     rows = []
     for position, summary in enumerate(ranking.summary, start=1):
         cells = [
@@ -272,9 +280,10 @@ def overall_table(ranking: Ranking) -> Table:
         ]
         if ranking.target:
             cells += [number(summary.profile_steps, ".3f"), number(summary.profile_time, ".3f")]
+        if aggregate.column is None:
+            cells.append(number(scores[summary.method], ".4g"))
         rows.append(cells)
-    by = AGGREGATE_NAMES[ranking.aggregate]
-    return Table(f"Overall (by {by})", header, [Section("", rows)])
+    return Table(f"Overall (by {aggregate.label})", header, [Section("", rows)])
 
 
 FINDINGS_HEADER = [
@@ -340,7 +349,7 @@ def findings_title(ranking: Ranking) -> str:
 
 
 def findings_table(ranking: Ranking) -> Table | None:
-    """One row per claim and recipe (`harness.ranking.findings`); None without claims."""
+    """One row per claim and recipe (`harness.claims`); None without claims."""
     if not ranking.findings:
         return None
     rows = []

@@ -27,6 +27,30 @@ KILL_GRACE_S = 60.0
 TIMEOUT_ERROR = "killed: no result within the time limit plus grace"  # at the deadline
 
 
+class BackendUnavailableError(RuntimeError):
+    """A backend cannot run here (its library is missing, its cluster does not answer)."""
+
+
+class BackendOptionError(ValueError):
+    """A backend option of the command line is malformed."""
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """The command line's backend options (`layerbench run`, `nightly`, `schedule`): each
+    backend's factory (`harness.registry.BACKENDS`) reads its own and ignores the rest."""
+
+    workers: int = 1
+    """Trial processes at once on this machine (local)."""
+    ray_address: str | None = None
+    ray_retries: int = 1
+    slurm: dict[str, Any] = field(default_factory=dict)
+    """`slurm:` suite fields (partition, account, qos, array_parallelism, folder) set on the
+    command line; they override the suite's."""
+    sbatch: tuple[str, ...] = ()
+    """Other sbatch flags as KEY=VALUE, over the suite's `slurm.sbatch`."""
+
+
 class Ledger(Protocol):
     """Where trials are claimed and results recorded (the store's `StoreLedger` implements it)."""
 
@@ -111,7 +135,7 @@ def record(
 
 def deadline_of(trial: PlannedTrial) -> float:
     """When (time.monotonic) a trial starting now has outlived its time limit plus grace."""
-    return time.monotonic() + float(trial.config["time_limit_s"]) + KILL_GRACE_S
+    return time.monotonic() + trial.recipe.time_limit_s + KILL_GRACE_S
 
 
 @dataclass
@@ -140,21 +164,17 @@ def renew_leases(leases: Iterable[Lease], ledger: Ledger) -> None:
 
 
 def run_in_worker(config: dict[str, Any]) -> TrialResult:
-    """A trial in a cluster worker's fresh process (a Slurm job): its imports without the cyclic
-    garbage collector (`harness.utils.startup`), third-party output quieted, the device as
-    `worker_config` reads it (`run_trial` sets the trial's threads, as on every
-    backend)."""
+    """A trial of a config from `worker_config` in a cluster worker's fresh process (a Slurm
+    job): its imports without the cyclic garbage collector (`harness.utils.startup`),
+    third-party output quieted (`run_trial` sets the trial's threads, as on every backend)."""
     os.environ.setdefault("TQDM_DISABLE", "1")
     with startup():
         from harness.runner.trial import quiet_libraries, run_trial
 
         quiet_libraries()
-    return run_trial(worker_config(config))
+    return run_trial(config)
 
 
-def worker_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The config a cluster worker runs: `cuda:N` read as `cuda`, since the scheduler shows the
-    worker only the GPUs it was given."""
-    if config["device"].startswith("cuda:"):
-        return {**config, "device": "cuda"}
-    return config
+def worker_config(trial: PlannedTrial) -> dict[str, Any]:
+    """The config a cluster worker is sent for a trial (`TrialRecipe.on_worker`)."""
+    return trial.recipe.on_worker().config

@@ -18,13 +18,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import all_modules
 from harness.runner.backend import (
     TIMEOUT_ERROR,
+    BackendOptions,
     Executor,
     Lease,
     Ledger,
@@ -36,6 +37,9 @@ from harness.runner.backend import (
     worker_config,
 )
 from harness.runner.warm import start_server
+
+if TYPE_CHECKING:
+    from harness.spec import Suite
 
 
 class TrialProcessDied(RuntimeError):
@@ -83,6 +87,11 @@ class LocalExecutor:
 def local_executor(workers: int = 1) -> Executor:
     """The local backend as an `Executor`: `workers` trial processes at once."""
     return LocalExecutor(workers)
+
+
+def local_backend(suite: Suite, options: BackendOptions) -> Executor:
+    """The `local` entry of `harness.registry.BACKENDS`: `--workers` trial processes here."""
+    return local_executor(options.workers)
 
 
 def run_local(
@@ -156,7 +165,7 @@ def run_forked(trial: PlannedTrial, environment: Mapping[str, str | None]) -> Tr
     ctx = context()
     start_server([trial])
     receiver, sender = ctx.Pipe(duplex=False)
-    args = (sender, worker_config(trial.config), environment)
+    args = (sender, worker_config(trial), environment)
     process = ctx.Process(target=forked_trial, args=args)
     with main_module_hidden():
         process.start()

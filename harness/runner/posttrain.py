@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.records import LayerStat
-from harness.spec.schema import TrialSettings
+from harness.spec.recipe import TrialRecipe
 
 Loss = Callable[[nn.Module], float]
 
@@ -46,27 +46,29 @@ def calibration_loss(calibration: list[Tensor]) -> Loss:
 
 def compress(
     model: nn.Module,
-    settings: TrialSettings,
+    recipe: TrialRecipe,
     calibration: list[Tensor],
-    seed: int,
     step: int,
     validation: Loss | None = None,
 ) -> tuple[nn.Module, dict[str, float], list[LayerStat]]:
-    """Apply the trial's `prune` then `quantize`; returns the model, what they report, and which
-    layers they removed or quantized to how many bits (as layer statistics at `step`)."""
+    """Apply the recipe's `prune` then `quantize` (pruning draws from its seed); returns the
+    model, what they report, and which layers they removed or quantized to how many bits (as
+    layer statistics at `step`)."""
     from harness.methods.pruning import PruneContext, prune_model
     from harness.methods.quantization import quantize_model
 
     metrics: dict[str, float] = {}
     layers: list[LayerStat] = []
-    if settings.prune is not None:
-        context = PruneContext(calibration, validation or calibration_loss(calibration), seed)
-        model, pruned = prune_model(model, settings.prune, context)
+    if recipe.prune is not None:
+        context = PruneContext(
+            calibration, validation or calibration_loss(calibration), recipe.seed
+        )
+        model, pruned = prune_model(model, recipe.prune, context)
         metrics["layers_removed"] = float(len(pruned.removed))
         metrics["layers"] = float(pruned.layers_after)
         layers += [LayerStat(step, layer, "removed", 1.0) for layer in pruned.removed]
-    if settings.quantize is not None:
-        model, quantized = quantize_model(model, settings.quantize, calibration)
+    if recipe.quantize is not None:
+        model, quantized = quantize_model(model, recipe.quantize, calibration)
         metrics["effective_bits"] = quantized.effective_bits
         metrics["model_bytes"] = float(quantized.model_bytes)
         bits = quantized.bits_per_layer.items()

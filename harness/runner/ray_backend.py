@@ -23,6 +23,8 @@ from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 from harness.runner.backend import (
     TIMEOUT_ERROR,
+    BackendOptions,
+    BackendUnavailableError,
     Executor,
     Lease,
     Ledger,
@@ -34,7 +36,7 @@ from harness.runner.backend import (
     renew_leases,
 )
 from harness.runner.local import TrialProcessDied, run_forked
-from harness.spec.schema import ResourcesSpec
+from harness.spec.schema import ResourcesSpec, Suite
 
 if TYPE_CHECKING:
     from ray import ObjectRef
@@ -51,7 +53,7 @@ NICENESS_VARIABLE = "RAY_worker_niceness"  # Ray's config names are case-sensiti
 GPU_VARIABLE = "CUDA_VISIBLE_DEVICES"  # set by Ray for each task in its worker
 
 
-class RayUnavailableError(RuntimeError):
+class RayUnavailableError(BackendUnavailableError):
     """Ray is not installed or its cluster cannot be reached."""
 
 
@@ -102,6 +104,12 @@ def ray_trial(trial: PlannedTrial, starts: Queue) -> TrialResult:
 
     starts.put((trial.key, os.getpid(), socket.gethostname()))
     return run_forked(trial, {GPU_VARIABLE: os.environ.get(GPU_VARIABLE)})
+
+
+def ray_backend(suite: Suite, options: BackendOptions) -> Executor:
+    """The `ray` entry of `harness.registry.BACKENDS`: the suite's trials on the Ray cluster at
+    `--ray-address`, with the suite's resources per trial."""
+    return ray_executor(options.ray_address, suite.resources, options.ray_retries)
 
 
 def ray_executor(
@@ -171,9 +179,7 @@ def drive(
                 abandon(ray, active, ledger)
                 break
             while len(active) < slots and (trial := claim_next(pending, ledger, progress)):
-                cpus, gpus = trial_resources(
-                    trial.config["device"], resources, cluster.get("GPU", 0)
-                )
+                cpus, gpus = trial_resources(trial.recipe.device, resources, cluster.get("GPU", 0))
                 options = {"num_cpus": cpus, "num_gpus": gpus, "max_retries": max_retries}
                 ref = task.options(**options).remote(trial, starts)
                 active[ref] = Submitted(trial)

@@ -28,6 +28,9 @@ from typing import Any
 from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 from harness.runner.backend import (
+    BackendOptionError,
+    BackendOptions,
+    BackendUnavailableError,
     Executor,
     Lease,
     Ledger,
@@ -38,8 +41,9 @@ from harness.runner.backend import (
     record,
     renew_leases,
     run_in_worker,
+    worker_config,
 )
-from harness.spec.schema import ResourcesSpec, SlurmSpec
+from harness.spec.schema import ResourcesSpec, SlurmSpec, Suite
 
 POLL_S = 2.0
 # Job states after which no result will come (squeue's long names).
@@ -56,7 +60,7 @@ ENDED_STATES = frozenset(
 VANISHED_AFTER_S = 60.0
 
 
-class SlurmUnavailableError(RuntimeError):
+class SlurmUnavailableError(BackendUnavailableError):
     """submitit is not installed or no Slurm controller answers."""
 
 
@@ -106,14 +110,14 @@ def executor_parameters(
     trial: PlannedTrial, resources: ResourcesSpec, slurm: SlurmSpec
 ) -> dict[str, Any]:
     """submitit's SlurmExecutor parameters for a batch of trials like `trial`."""
-    limit = float(trial.config["time_limit_s"]) + slurm.time_grace_s
+    limit = trial.recipe.time_limit_s + slurm.time_grace_s
     extra: dict[str, Any] = {"time": slurm_time(limit), **slurm.sbatch}
     parameters: dict[str, Any] = {
         "job_name": f"layerbench-{trial.suite}",
         "array_parallelism": slurm.array_parallelism,
         "stderr_to_stdout": True,
         "additional_parameters": extra,
-        **job_resources(trial.config["device"], resources),
+        **job_resources(trial.recipe.device, resources),
     }
     named = {"partition": slurm.partition, "account": slurm.account, "qos": slurm.qos}
     parameters.update({name: value for name, value in named.items() if value})
@@ -130,6 +134,29 @@ def slurm_trial(config: dict[str, Any]) -> TrialResult:
     Slurm's own limit ends the job (`TIMEOUT`), which the driver stores as `timeout`."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     return run_in_worker(config)
+
+
+def slurm_backend(suite: Suite, options: BackendOptions) -> Executor:
+    """The `slurm` entry of `harness.registry.BACKENDS`: the suite's trials as Slurm jobs, with
+    its `slurm:` section under the command line's options."""
+    return slurm_executor(
+        suite.resources, slurm_settings(suite.slurm, options.slurm, options.sbatch)
+    )
+
+
+def slurm_settings(spec: SlurmSpec, flags: dict[str, Any], sbatch: Sequence[str] = ()) -> SlurmSpec:
+    """The suite's `slurm:` section with the command line's `--slurm-*` flags (those not None)
+    and `--sbatch` KEY=VALUE flags over it; a `--sbatch` without `=` is a BackendOptionError."""
+    extra = dict(spec.sbatch)
+    for flag in sbatch:
+        key, equals, value = flag.partition("=")
+        if not equals or not key:
+            raise BackendOptionError(
+                f"--sbatch takes KEY=VALUE, e.g. --sbatch constraint=a100 (got '{flag}')"
+            )
+        extra[key.lstrip("-")] = value
+    chosen = {name: value for name, value in flags.items() if value is not None}
+    return spec.model_copy(update={**chosen, "sbatch": extra})
 
 
 def slurm_executor(
@@ -203,14 +230,15 @@ def claim_batch(
 
 
 def alike(first: PlannedTrial, other: PlannedTrial) -> bool:
-    keys = ("time_limit_s", "device")
-    return all(first.config[key] == other.config[key] for key in keys)
+    """Trials that may share a job array: the same time limit and device."""
+    one, two = first.recipe, other.recipe
+    return (one.time_limit_s, one.device) == (two.time_limit_s, two.device)
 
 
 def submit(executor: Any, batch: list[PlannedTrial]) -> list[Any]:
     """One job array for the batch (a single job when it has one trial)."""
     with executor.batch():
-        jobs = [executor.submit(slurm_trial, trial.config) for trial in batch]
+        jobs = [executor.submit(slurm_trial, worker_config(trial)) for trial in batch]
     return jobs
 
 
@@ -257,7 +285,7 @@ def job_result(job: Any) -> TrialResult:
 def lost_job(job_id: str, state: str, trial: PlannedTrial) -> TrialResult:
     """What a job that ended without a result means for its trial."""
     if state in TIMEOUT_STATES:
-        limit = float(trial.config["time_limit_s"])
+        limit = trial.recipe.time_limit_s
         return TrialResult(
             Status.TIMEOUT,
             error=f"slurm job {job_id} ran past its Slurm time limit (time_limit_s {limit:g} "

@@ -30,7 +30,7 @@ from typing import Any
 
 from harness.env import METHOD_LIBRARIES
 from harness.logs import detach_stream_handlers
-from harness.registry import FAMILIES, Entry
+from harness.registry import FAMILY_TABLE, Entry
 
 LOCK = Path(__file__).with_name("entry_sources.json")
 IMPLEMENTATION_PACKAGES = (
@@ -48,13 +48,15 @@ LIBRARY_MODULES = {"pytorch_optimizer": "pytorch-optimizer", "optimum": "optimum
 
 
 def built_in_entries() -> dict[str, Entry[Any]]:
-    """Every entry declared by a catalog (a "module:attr" target), metrics aside (no code), by
-    "FAMILY:NAME" as trial keys name them (`harness.spec.plan.used_entries`)."""
+    """Every entry declared by a catalog (a "module:attr" target) of a family that trial
+    configs name (metrics have no code), by "FAMILY:NAME" as trial keys name them
+    (`harness.spec.plan.used_entries`)."""
     return {
-        f"{family}:{entry.name}": entry
-        for family, registry in FAMILIES.items()
-        for entry in registry.entries()
-        if entry.module and family != "metric"
+        f"{family.key}:{entry.name}": entry
+        for family in FAMILY_TABLE
+        if family.config_path is not None
+        for entry in family.registry.entries()
+        if entry.module
     }
 
 

@@ -6,7 +6,6 @@ evaluation. Results go back to the runner, which alone writes to the database.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import os
@@ -15,7 +14,7 @@ import random
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,19 +31,11 @@ from harness.logs import detach_stream_handlers
 from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
 from harness.records import LayerStat, SeriesPoint, TrialResult
-from harness.registry import (
-    MODELS,
-    SCHEDULES,
-    TASKS,
-    EvalTaskEntry,
-    PretrainedModelEntry,
-    TrainTaskEntry,
-)
+from harness.registry import SCHEDULES
 from harness.runner.posttrain import compress
-from harness.runner.warm import prebuilt_task
-from harness.spec.plan import section, trial_threads, trial_versions
-from harness.spec.resolve import resolve_compile, resolve_precision
-from harness.spec.schema import TrialSettings
+from harness.runner.warm import prebuilt_task, train_task
+from harness.spec.plan import trial_versions
+from harness.spec.recipe import TrialRecipe, load_recipe
 from harness.tasks.base import Batch, Task
 from harness.tasks.corpora import ModelTokenizer
 from harness.utils import intra_op_threads
@@ -86,12 +77,12 @@ def autocast(device: torch.device, precision: str) -> AbstractContextManager[Any
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def environment(device: torch.device, config: dict[str, Any]) -> dict[str, Any]:
+def environment(device: torch.device, recipe: TrialRecipe) -> dict[str, Any]:
     """What a result depends on besides its config (`method_versions`: the entry and method
     library versions in its key, so `layerbench status` can say which one superseded it)."""
     return {
         **{f"{name}_version": value for name, value in package_versions().items()},
-        "method_versions": trial_versions(config),
+        "method_versions": trial_versions(recipe),
         "python": platform.python_version(),
         "git_commit": git_commit(),
         "device": str(device),
@@ -119,68 +110,44 @@ class Clock:
 
 @dataclass
 class BuiltTrial:
-    """The objects of one trial, built from its resolved config."""
+    """The objects of one training trial, built from its recipe."""
 
-    settings: TrialSettings
+    recipe: TrialRecipe
     task: Task
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     device: torch.device
-    seed: int
     probe_inputs: torch.Tensor
     """The fixed batch on which the layerwise diagnostics look at hidden states."""
     loss: Callable[[nn.Module, Batch], torch.Tensor]
     """The training loss: the task's, compiled if `train.compile` (evaluation stays eager)."""
 
 
-def prepare(config: dict[str, Any]) -> TrialSettings:
-    """Import the suite's plugins, seed everything, and validate the trial's settings
-    (`precision: auto` resolved for this machine if the config was not planned)."""
-    for module in config.get("plugins", []):
-        importlib.import_module(module)
-    seed_everything(config["seed"])
-    settings = TrialSettings.model_validate(
-        # config["model"] is the resolved model section, not a method's model overrides
-        {name: config[name] for name in TrialSettings.model_fields if name in config}
-        | {"model": {}}
-    )
-    cuda = torch.cuda.is_available()
-    precision = resolve_precision(settings.precision, settings.device, cuda)
-    compiled = resolve_compile(config["train"].get("compile", False), settings.device, cuda)
-    train = settings.train.model_copy(update={"compile": compiled})
-    return settings.model_copy(update={"precision": precision, "train": train})
+def prepare(config: Mapping[str, Any]) -> TrialRecipe:
+    """The recipe of the trial's config, parsed once (its suite's plugins imported first:
+    `load_recipe`), and everything seeded by its seed."""
+    recipe = load_recipe(config)
+    seed_everything(recipe.seed)
+    return recipe
 
 
-def build(config: dict[str, Any], settings: TrialSettings) -> BuiltTrial:
+def build(recipe: TrialRecipe) -> BuiltTrial:
     """The task, model, optimizer and schedule of a training trial."""
-    device = resolve_device(settings.device)
-    model_entry = MODELS.entry(config["model"]["type"])
-    if isinstance(model_entry, PretrainedModelEntry):
-        raise TypeError("a training trial needs a trainable model and a training task")
-    task = prebuilt_task(config["task"]) or train_task(config["task"])
-    model_spec = section(model_entry, config["model"])
-    model = model_entry.obj(model_spec, settings.norm, task.vocab_size).to(device)
-    optimizer = make_optimizer(model, settings.optimizer)
-    train = settings.train
+    device = resolve_device(recipe.device)
+    model_entry, task_entry = recipe.trained_entries()
+    task = prebuilt_task(recipe.task) or train_task(task_entry, recipe.task)
+    model = model_entry.obj(recipe.model, recipe.model_norm, task.vocab_size).to(device)
+    optimizer = make_optimizer(model, recipe.optimizer)
+    train = recipe.train
     schedule = SCHEDULES.get(train.schedule)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda step: schedule(step, train.steps, train.warmup_steps, train.min_lr_ratio),
     )
     probe_inputs = diagnostic_inputs(task, train.batch_size).to(device)
-    loss = torch.compile(task.loss) if train.compile else task.loss
-    return BuiltTrial(
-        settings, task, model, optimizer, scheduler, device, config["seed"], probe_inputs, loss
-    )
-
-
-def train_task(spec: dict[str, Any]) -> Task:
-    """The training task of a task section (a pure function of the section)."""
-    task_entry = TASKS.entry(spec["type"])
-    if not isinstance(task_entry, TrainTaskEntry):
-        raise TypeError("a training trial needs a trainable model and a training task")
-    return task_entry.obj(section(task_entry, spec))
+    loss = torch.compile(task.loss) if recipe.compile else task.loss
+    return BuiltTrial(recipe, task, model, optimizer, scheduler, device, probe_inputs, loss)
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
@@ -192,14 +159,14 @@ def train_step(
 ) -> float:
     """One optimizer step; returns the loss before the update. A probe sees the unscaled,
     unclipped gradients and the update."""
-    with autocast(trial.device, trial.settings.precision):
+    with autocast(trial.device, trial.recipe.precision):
         loss = trial.loss(trial.model, batch)
     scaler.scale(loss).backward()
     scaler.unscale_(trial.optimizer)
     if probe is not None:
         probe.before_step()
-    if trial.settings.train.grad_clip is not None:
-        nn.utils.clip_grad_norm_(trial.model.parameters(), trial.settings.train.grad_clip)
+    if trial.recipe.train.grad_clip is not None:
+        nn.utils.clip_grad_norm_(trial.model.parameters(), trial.recipe.train.grad_clip)
     scaler.step(trial.optimizer)
     scaler.update()
     if probe is not None:
@@ -219,8 +186,8 @@ def check_divergence(loss: float, initial: float, factor: float, step: int) -> N
 def evaluate(trial: BuiltTrial, clock: Clock, final: bool) -> dict[str, float]:
     """Evaluation, timed apart from training."""
     start = time.perf_counter()
-    train = trial.settings.train
-    with autocast(trial.device, trial.settings.precision):
+    train = trial.recipe.train
+    with autocast(trial.device, trial.recipe.precision):
         metrics = trial.task.evaluate(trial.model, train.batch_size, train.eval_batches, final)
     clock.eval_s += time.perf_counter() - start
     return metrics
@@ -237,15 +204,15 @@ def diagnose(trial: BuiltTrial, probe: StepProbe, step: int, clock: Clock) -> li
 
 def train(trial: BuiltTrial, result: TrialResult, clock: Clock, report: Report) -> None:
     """The training loop; fills `result` as it goes so a stopped trial keeps its series."""
-    train_cfg = trial.settings.train
-    generator = torch.Generator().manual_seed(trial.seed)
+    train_cfg = trial.recipe.train
+    generator = torch.Generator().manual_seed(trial.recipe.seed)
     batches: Iterator[Batch] = trial.task.train_batches(train_cfg.batch_size, generator)
-    scaler = torch.amp.GradScaler(trial.device.type, enabled=trial.settings.precision == "fp16")
+    scaler = torch.amp.GradScaler(trial.device.type, enabled=trial.recipe.precision == "fp16")
     window: list[float] = []
     initial: float | None = None
     for step in range(1, train_cfg.steps + 1):
-        if clock.wall_s > trial.settings.time_limit_s:
-            raise Stop(Status.TIMEOUT, step - 1, f"time limit {trial.settings.time_limit_s:g} s")
+        if clock.wall_s > trial.recipe.time_limit_s:
+            raise Stop(Status.TIMEOUT, step - 1, f"time limit {trial.recipe.time_limit_s:g} s")
         batch = to_device(next(batches), trial.device)
         evaluating = step % train_cfg.eval_every == 0 or step == train_cfg.steps
         probing = evaluating and train_cfg.diagnostics
@@ -270,21 +237,22 @@ def train(trial: BuiltTrial, result: TrialResult, clock: Clock, report: Report) 
             )
 
 
-def run_trial(config: dict[str, Any], report: Report | None = None) -> TrialResult:
-    """Run one trial to a final status; never raises for a failure of the trial itself.
+def run_trial(config: Mapping[str, Any], report: Report | None = None) -> TrialResult:
+    """Run the trial of a config (`TrialRecipe.config`) to a final status; never raises for a
+    failure of the trial itself.
 
-    It runs on the intra-op threads its config says (`trial_threads`), whoever calls it: a
-    backend's worker, a warm fork, or a test in its own process."""
+    It runs on the intra-op threads its recipe says (`TrialRecipe.threads`), whoever calls it:
+    a backend's worker, a warm fork, or a test in its own process."""
     clock = Clock()
     result = TrialResult(status=Status.RUNNING)
     report = report or (lambda step, total, loss: None)
     try:
-        with intra_op_threads(trial_threads(config)):
-            settings = prepare(config)
-            if isinstance(MODELS.entry(config["model"]["type"]), PretrainedModelEntry):
-                result.final = evaluate_pretrained(config, settings, result, clock)
+        recipe = prepare(config)
+        with intra_op_threads(recipe.threads):
+            if recipe.kind.pretrained:
+                result.final = evaluate_pretrained(recipe, result, clock)
             else:
-                result.final = train_and_evaluate(config, settings, result, clock, report)
+                result.final = train_and_evaluate(recipe, result, clock, report)
         result.status = Status.DONE
     except Stop as stop:
         result.status, result.failed_step, result.error = stop.status, stop.step, str(stop)
@@ -302,24 +270,19 @@ def run_trial(config: dict[str, Any], report: Report | None = None) -> TrialResu
 
 
 def train_and_evaluate(
-    config: dict[str, Any],
-    settings: TrialSettings,
-    result: TrialResult,
-    clock: Clock,
-    report: Report,
+    recipe: TrialRecipe, result: TrialResult, clock: Clock, report: Report
 ) -> dict[str, float]:
     """Train, then prune and quantize if the method says so, then the final evaluation."""
-    trial = build(config, settings)
-    result.environment = environment(trial.device, config)
+    trial = build(recipe)
+    result.environment = environment(trial.device, recipe)
     train(trial, result, clock, report)
     compressed: dict[str, float] = {}
-    if settings.prune is not None or settings.quantize is not None:
+    if recipe.prune is not None or recipe.quantize is not None:
         started = time.perf_counter()
         trial.model, compressed, layers = compress(
             trial.model,
-            settings,
+            recipe,
             train_calibration(trial),
-            trial.seed,
             result.steps_done,
             validation(trial),
         )
@@ -334,15 +297,15 @@ def train_and_evaluate(
 
 def train_calibration(trial: BuiltTrial) -> list[torch.Tensor]:
     """Calibration batches for pruning and quantization: training windows of a fixed stream."""
-    samples = trial.settings.prune.calibration_samples if trial.settings.prune else 32
-    batch_size = trial.settings.train.batch_size
+    samples = trial.recipe.prune.calibration_samples if trial.recipe.prune else 32
+    batch_size = trial.recipe.train.batch_size
     batches = trial.task.train_batches(batch_size, torch.Generator().manual_seed(0))
     return [next(batches)[0].to(trial.device) for _ in range(math.ceil(samples / batch_size))]
 
 
 def validation(trial: BuiltTrial) -> Callable[[nn.Module], float]:
     """The task's validation loss of a candidate model (greedy pruning's objective)."""
-    train = trial.settings.train
+    train = trial.recipe.train
 
     def loss(model: nn.Module) -> float:
         return trial.task.evaluate(model, train.batch_size, train.eval_batches, False)["val_loss"]
@@ -350,33 +313,26 @@ def validation(trial: BuiltTrial) -> Callable[[nn.Module], float]:
     return loss
 
 
-def evaluate_pretrained(
-    config: dict[str, Any], settings: TrialSettings, result: TrialResult, clock: Clock
-) -> dict[str, float]:
+def evaluate_pretrained(recipe: TrialRecipe, result: TrialResult, clock: Clock) -> dict[str, float]:
     """Load a pretrained model, prune and quantize it if asked, and evaluate it; no training."""
-    device = resolve_device(settings.device)
-    result.environment = environment(device, config)
-    model_entry = MODELS.entry(config["model"]["type"])
-    task_entry = TASKS.entry(config["task"]["type"])
-    if not isinstance(model_entry, PretrainedModelEntry) or not isinstance(
-        task_entry, EvalTaskEntry
-    ):
-        raise TypeError("an evaluation trial needs a pretrained model and an evaluation task")
-    loaded = model_entry.obj(section(model_entry, config["model"]))
+    device = resolve_device(recipe.device)
+    result.environment = environment(device, recipe)
+    model_entry, task_entry = recipe.pretrained_entries()
+    loaded = model_entry.obj(recipe.model)
     model = loaded.model.to(device)
-    task = task_entry.obj(section(task_entry, config["task"]), ModelTokenizer(loaded.tokenizer))
+    task = task_entry.obj(recipe.task, ModelTokenizer(loaded.tokenizer))
     started = time.perf_counter()
-    compressing = settings.prune is not None or settings.quantize is not None
-    samples = settings.prune.calibration_samples if settings.prune else 32
+    compressing = recipe.prune is not None or recipe.quantize is not None
+    samples = recipe.prune.calibration_samples if recipe.prune else 32
     calibration = (
         [batch.to(device) for batch in task.calibration(samples, CALIBRATION_LENGTH)]
         if compressing
         else []
     )
-    model, compressed, layers = compress(model, settings, calibration, config["seed"], 0)
+    model, compressed, layers = compress(model, recipe, calibration, 0)
     result.layer_stats += layers
-    with torch.no_grad(), autocast(device, settings.precision):
-        evaluation = task.evaluate(model, settings.train.batch_size)
+    with torch.no_grad(), autocast(device, recipe.precision):
+        evaluation = task.evaluate(model, recipe.train.batch_size)
     clock.eval_s += time.perf_counter() - started
     result.examples = evaluation.examples
     params = float(sum(p.numel() for p in model.parameters()))
@@ -391,7 +347,7 @@ def efficiency(trial: BuiltTrial, result: TrialResult, clock: Clock) -> dict[str
     }
 
 
-def trial_process(conn: Any, config: dict[str, Any]) -> None:
+def trial_process(conn: Any, config: Mapping[str, Any]) -> None:
     """Entry point of a trial's process: run, stream progress, send the result."""
     die_with_parent()
     quiet_libraries()

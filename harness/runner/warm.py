@@ -33,12 +33,15 @@ from collections.abc import Iterable, Mapping
 from multiprocessing import forkserver
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from harness.logs import detach_stream_handlers
 from harness.records import PlannedTrial
-from harness.registry import MODELS, TASKS, EvalTaskEntry, PretrainedModelEntry, RegistryError
+from harness.spec.recipe import TrialRecipe, train_task_section
 from harness.utils import end_startup
 
 if TYPE_CHECKING:
+    from harness.registry import TrainTaskEntry
     from harness.tasks.base import Task
 
 WARM_ENV = "LAYERBENCH_WARM"
@@ -52,33 +55,31 @@ _server_imports: dict[int | None, set[str]] = {}
 """The model-stack modules each fork server this process started imported, by its pid."""
 
 
-def task_key(section: Mapping[str, Any]) -> str:
-    """A task section as a canonical string (the cache key of a prebuilt task)."""
-    return json.dumps(section, sort_keys=True, default=str)
+def task_key(section: BaseModel) -> str:
+    """A validated task section as a canonical string (the cache key of a prebuilt task)."""
+    return json.dumps(section.model_dump(mode="json"), sort_keys=True)
 
 
-def prebuilt_task(section: Mapping[str, Any]) -> Task | None:
+def prebuilt_task(section: BaseModel) -> Task | None:
     """The task the fork server built for this section, if it built one."""
     return _tasks.get(task_key(section))
 
 
-def uses_model_stack(config: Mapping[str, Any]) -> bool:
-    """Does this trial load a pretrained model, evaluate with lm-eval or quantize (a model type
-    or task type no registry knows may do anything)?"""
-    try:
-        model, task = MODELS.entry(config["model"]["type"]), TASKS.entry(config["task"]["type"])
-    except RegistryError:
-        return True
-    pretrained, lm_eval = isinstance(model, PretrainedModelEntry), isinstance(task, EvalTaskEntry)
-    return pretrained or lm_eval or config.get("quantize") is not None
+def uses_model_stack(recipe: TrialRecipe) -> bool:
+    """Does this trial load a pretrained model (and evaluate it with lm-eval) or quantize?"""
+    return recipe.kind.pretrained or recipe.quantize is not None
 
 
 def warm_spec(trials: Iterable[PlannedTrial]) -> dict[str, Any]:
-    """What the server should prepare for these trials: their distinct task sections, and the
-    model stack if one of them uses it."""
-    trials = list(trials)
-    sections = {task_key(trial.config["task"]): trial.config["task"] for trial in trials}
-    stack = any(uses_model_stack(trial.config) for trial in trials)
+    """What the server should prepare for these trials: the distinct task sections of those that
+    train, and the model stack if one of them uses it."""
+    recipes = [trial.recipe for trial in trials]
+    sections = {
+        task_key(recipe.task): recipe.task.model_dump(mode="json")
+        for recipe in recipes
+        if not recipe.kind.pretrained
+    }
+    stack = any(uses_model_stack(recipe) for recipe in recipes)
     return {"tasks": list(sections.values()), "imports": list(MODEL_STACK) if stack else []}
 
 
@@ -117,14 +118,19 @@ def warm_up(spec: Mapping[str, Any]) -> None:
             importlib.import_module(module)
         except ImportError:
             log.debug("warm: %s is not installed", module)
-    from harness.runner.trial import train_task
-
     for section in spec.get("tasks", []):
         try:
-            _tasks[task_key(section)] = train_task(section)
+            entry, params = train_task_section(section)
+            _tasks[task_key(params)] = train_task(entry, params)
         except Exception:  # the trial reports the error itself, with its own traceback
             log.debug("warm: task %s not built", section, exc_info=True)
     warm_step()
+
+
+def train_task(entry: TrainTaskEntry, section: BaseModel) -> Task:
+    """The training task of a validated task section (a pure function of the section)."""
+    # each Task subclass takes its validated section (`Task` itself declares no constructor)
+    return entry.obj(section)  # type: ignore[call-arg]
 
 
 def warm_step() -> None:
@@ -134,13 +140,14 @@ def warm_step() -> None:
 
     from harness.models.catalog import GPTSpec
     from harness.models.gpt import build_gpt
+    from harness.spec.recipe import model_norm
     from harness.spec.schema import NormSpec
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         model = build_gpt(
-            GPTSpec(n_layers=2, d_model=32, n_heads=2, max_seq_len=16), NormSpec(), 256
+            GPTSpec(n_layers=2, d_model=32, n_heads=2, max_seq_len=16), model_norm(NormSpec()), 256
         )
         optimizer = torch.optim.AdamW(model.parameters())
         tokens = torch.randint(0, 256, (2, 17), generator=torch.Generator().manual_seed(0))

@@ -8,11 +8,12 @@ leaves out the trials with a stored result (unless `force` or `retry_failed`), b
 attaches the MLflow tracker, and hands the rest to an `Executor` (local processes, Ray, Slurm:
 `harness.runner.backend`), which claims and stores each trial through the ledger.
 
-Rounds: which trials run is asked of a `RoundPolicy`, round after round, until it returns
-none. `FixedDesign` (the default for a list of seeds) returns every planned trial once.
-`harness.ranking.rounds.SequentialSeeds` (the default for `seeds: {initial, max, step}`: more
-seeds only for the comparisons still undecided) ranks the stored outcomes in its `trials` and
-returns the next seeds; `Round` gives it the store, the planned trials and what ran so far.
+Rounds: which trials run is asked of a `RoundPolicy` (`harness.service.rounds`), round after
+round, until it returns none. `FixedDesign` (the default for a list of seeds) returns every
+planned trial once. `SequentialSeeds` (the default for `seeds: {initial, max, step}`: more seeds
+only for the comparisons still undecided) ranks the stored outcomes in its `trials` and returns
+the next seeds; `Round` gives it the planned trials, their stored outcomes (read here, with the
+final metrics the policy `reads`) and what ran so far.
 
 Layering: this module needs the store and the tracking, which sit above the runner, so it is not
 in `harness.runner` but in `harness.service`, a layer between `harness.nightly` and
@@ -31,16 +32,16 @@ from typing import Protocol
 from sqlalchemy import Engine
 
 from harness.cache import offline_unless_hub_reachable
-from harness.core import Status
+from harness.core import Status, TrialOutcome
 from harness.records import PlannedTrial, TrialResult
-from harness.registry import MODELS, TASKS, EvalTaskEntry, PretrainedModelEntry
 from harness.runner.backend import Executor, Prepares, Progress, SilentProgress
+from harness.service.rounds import Round, RoundPolicy, default_policy
 from harness.spec import Suite
 from harness.spec.declaration import RankingDeclaration
 from harness.spec.plan import plan_suite, select_trials
 from harness.store.db import StoreLedger, suite_run
 from harness.store.models import SuiteRun
-from harness.store.queries import recorded_plan, trial_statuses, unlogged_count
+from harness.store.queries import recorded_plan, stored_outcomes, trial_statuses, unlogged_count
 
 
 class Tracker(Protocol):
@@ -65,39 +66,6 @@ class RunOptions:
         if status is None or status.active or self.force:
             return True
         return self.retry_failed and status.retried
-
-
-@dataclass(frozen=True)
-class Round:
-    """What a `RoundPolicy` sees before each round."""
-
-    number: int
-    """0 for the first round."""
-    planned: Sequence[PlannedTrial]
-    """Every selected trial of the suite, under the keys this run stores them."""
-    store: Engine
-    results: dict[str, TrialResult]
-    """What the earlier rounds of this run produced, by trial key."""
-
-
-class RoundPolicy(Protocol):
-    """Which trials the next round runs (none: the run is over)."""
-
-    def trials(self, round: Round) -> Sequence[PlannedTrial]: ...
-
-    def most(self, planned: Sequence[PlannedTrial]) -> int | None:
-        """The most trials the rounds can run (None: those of the first round)."""
-        ...
-
-
-class FixedDesign:
-    """Every planned trial, in one round."""
-
-    def trials(self, round: Round) -> Sequence[PlannedTrial]:
-        return round.planned if round.number == 0 else ()
-
-    def most(self, planned: Sequence[PlannedTrial]) -> int | None:
-        return None
 
 
 class RunRecord(Protocol):
@@ -192,17 +160,7 @@ class Display:
     announce: Callable[[RunPlan], None] = lambda plan: None
     progress: ProgressDisplay = _silent
     look: Callable[[str], None] = lambda text: None
-    """Each look of a sequential suite (`harness.ranking.rounds.Look.lines`)."""
-
-
-def default_policy(suite: Suite, display: Display) -> RoundPolicy:
-    """`SequentialSeeds` for a suite with a seed schedule (showing each look), else
-    `FixedDesign`."""
-    if suite.schedule is None:
-        return FixedDesign()
-    from harness.ranking.rounds import SequentialSeeds
-
-    return SequentialSeeds(suite, display.look)
+    """Each look of a sequential suite (`harness.service.rounds.Look.lines`)."""
 
 
 def run_suite(
@@ -221,12 +179,12 @@ def run_suite(
     the tracker, called only when a trial runs or one stored is not logged yet. Raises
     `harness.spec.plan.SelectionError` for a bad `options.only`."""
     record = record or InvocationRecord()
-    policy = policy or default_policy(suite, display)
+    policy = policy or default_policy(suite, display.look)
     planned = plan_suite(suite)
     selected = select_trials(planned, options.only) if options.only else planned
     trials = record.trials(store, suite, selected)
     outcome = SuiteRunResult(trials)
-    asked = policy.trials(Round(0, trials, store, {}))
+    asked = policy.trials(Round(0, trials, _stored(store, suite, trials, policy), {}))
     batch = _todo(store, asked, options)
     if batch and isinstance(executor, Prepares):
         executor.prepare(batch)  # e.g. the fork server warms up meanwhile
@@ -255,15 +213,27 @@ def _rounds(
     stop: threading.Event | None,
 ) -> None:
     """Execute round after round until the policy returns no runnable trial (or `stop`)."""
-    if batch and _uses_hub(suite):
+    if any(trial.recipe.kind.pretrained for trial in batch):  # it may reach the hub
         offline_unless_hub_reachable()
     number = 0
     while batch and not (stop is not None and stop.is_set()):
         with display.progress(len(batch)) as progress:
             outcome.results |= executor(batch, ledger, progress, stop)
         number += 1
-        next_round = Round(number, outcome.trials, ledger.engine, outcome.results)
+        stored = _stored(ledger.engine, suite, outcome.trials, policy)
+        next_round = Round(number, outcome.trials, stored, outcome.results)
         batch = _todo(ledger.engine, policy.trials(next_round), options)
+
+
+def _stored(
+    store: Engine, suite: Suite, planned: Sequence[PlannedTrial], policy: RoundPolicy
+) -> list[TrialOutcome]:
+    """The stored outcomes of the planned trials with the final metrics the policy reads (none
+    for a policy that reads none)."""
+    if policy.reads is None:
+        return []
+    keys = [t.key for t in planned]
+    return stored_outcomes(store, keys, suite=suite.suite, metrics=policy.reads)
 
 
 def _todo(store: Engine, batch: Sequence[PlannedTrial], options: RunOptions) -> list[PlannedTrial]:
@@ -282,10 +252,3 @@ def _tracking(
     made = tracker()
     made.backfill(suite.suite)
     return made
-
-
-def _uses_hub(suite: Suite) -> bool:
-    """Does the suite load pretrained models or lm-eval tasks (which may reach the hub)?"""
-    return any(
-        isinstance(MODELS.entry(m["type"]), PretrainedModelEntry) for m in suite.models.values()
-    ) or any(isinstance(TASKS.entry(t["type"]), EvalTaskEntry) for t in suite.tasks.values())

@@ -39,6 +39,7 @@ from harness.spec.loader import (
     unknown_name_problem,
     validated,
 )
+from harness.spec.recipe import declared_params
 from harness.spec.resolve import ResolveError, matrix_cells, trial_settings
 from harness.spec.schema import (
     LayerwiseSpec,
@@ -425,12 +426,13 @@ def check_extras(
             owners = " or ".join(f"{registry.family} '{name}'" for registry, name in registries)
             message = f"unknown field (not a parameter of {owners})"
         yield locator.problem(where((section, key)), message)
-    for schema in schemas:
-        values = {key: value for key, value in extras.items() if key in schema.model_fields}
+    for entry in entries(registries):
+        if entry.params is None:
+            continue
         try:
-            schema.model_validate(values)
+            entry.params.model_validate(declared_params(entry, extras))
         except ValidationError as error:
-            for problem in pydantic_problems(error, schema, locator):
+            for problem in pydantic_problems(error, entry.params, locator):
                 loc = where((section, problem.path.split(".")[0]))
                 yield locator.problem(loc, problem.message)
 

@@ -18,7 +18,8 @@ from harness.spec.schema import PruneSpec, QuantizeSpec
 Loc = tuple[str | int, ...]
 
 LAYOUT_OPTIONS = frozenset({"group_size", "symmetric"})
-"""The layout fields of QuantizeSpec (a scheme with a fixed layout takes neither)."""
+"""The layout fields of QuantizeSpec a scheme may honour (its entry's `options`); a scheme with
+a fixed layout takes neither."""
 QUANTIZE_OPTIONS = LAYOUT_OPTIONS | {"act_order", "damp"}
 """QuantizeSpec fields a scheme either honours (its entry's `options`) or must leave unset."""
 

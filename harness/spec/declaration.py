@@ -71,8 +71,3 @@ class RankingDeclaration(BaseModel):
 
 def _known(stored: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
     return {key: value for key, value in stored.items() if key in model.model_fields}
-
-
-def declared_ranking(suite: Suite) -> RankingDeclaration:
-    """What a suite run records of how to rank `suite` (`RankingDeclaration.of_suite`)."""
-    return RankingDeclaration.of_suite(suite)

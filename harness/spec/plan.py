@@ -15,7 +15,7 @@ would have needed a migration and a second key per planned trial to keep old res
 
 The same holds for a trial's intra-op torch threads, which change a CPU trial's float
 reductions: the suite decides them (`resources.cpus`, whatever the backend or `--workers`), and
-they enter the config, so the key, only when not `DEFAULT_THREADS` (`threads_field`).
+they enter the config, so the key, only when not `DEFAULT_THREADS` (`TrialRecipe.config`).
 """
 
 from __future__ import annotations
@@ -29,34 +29,26 @@ from pydantic import BaseModel
 from harness.env import cuda_available, method_library_versions, package_versions
 from harness.records import PlannedTrial
 from harness.registry import (
-    FAMILIES,
+    FAMILY_TABLE,
     INITIAL_VERSION,
     MODELS,
     TASKS,
     Entry,
     ModelEntry,
-    PretrainedModelEntry,
-    Registry,
-    TaskEntry,
     suggest,
 )
-from harness.spec.resolve import (
-    matrix_cells,
-    resolve_compile,
-    resolve_precision,
-    resolved_optimizer,
-    trial_settings,
-)
-from harness.spec.schema import DEFAULT_THREADS, ResourcesSpec, Suite
+from harness.spec.recipe import TrialRecipe, parsed_section, resolved_settings
+from harness.spec.resolve import matrix_cells, trial_settings
+from harness.spec.schema import Suite
 
 
 def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def trial_key(identity: dict[str, Any], config: dict[str, Any], fingerprint: str) -> str:
+def trial_key(identity: dict[str, Any], recipe: TrialRecipe, fingerprint: str) -> str:
     """SHA-256 of who the trial is (suite, method, model, task), its config, versions, data."""
-    return key_of(identity, config, fingerprint, package_versions(), trial_versions(config))
+    return key_of(identity, recipe.config, fingerprint, package_versions(), trial_versions(recipe))
 
 
 def key_of(
@@ -79,58 +71,25 @@ def key_of(
     return hashlib.sha256(canonical(payload).encode()).hexdigest()
 
 
-TRAINING = ("norm.", "optimizer.", "train.")
-"""The families a pretrained (evaluation-only) model does not use, whatever its config says."""
-CONFIG_PATHS = {
-    "synthetic.kind": "task.kind",
-    "corpus": "task.corpus",
-    "tokenizer": "task.tokenizer",
-    "optimizer.layerwise": "optimizer.layerwise.name",
-}
-"""Where a family's name lies in a trial's config, where it is not the family's key."""
-
-
-def threads_field(resources: ResourcesSpec) -> dict[str, int]:
-    """A trial config's `threads` (the intra-op torch threads its suite gives each trial), left
-    out at `DEFAULT_THREADS`, so a trial keeps the key it had before the count was in it."""
-    threads = resources.threads
-    return {} if threads == DEFAULT_THREADS else {"threads": threads}
-
-
-def trial_threads(config: dict[str, Any]) -> int:
-    """The intra-op torch threads a trial of this config runs with, on every backend."""
-    return int(config.get("threads", DEFAULT_THREADS))
-
-
-def resolved_train(train: dict[str, Any], device: str, cuda: bool) -> dict[str, Any]:
-    """A trial's train section with `compile` resolved for its device: `true` when the trial
-    compiles, left out when it runs eager, so an eager trial keeps the key it had before
-    `train.compile` existed (and a trial config without it runs eager)."""
-    compiled = resolve_compile(train.get("compile", False), device, cuda)
-    rest = {name: value for name, value in train.items() if name != "compile"}
-    return {**rest, "compile": True} if compiled else rest
-
-
-def used_entries(config: dict[str, Any]) -> dict[str, Entry[Any]]:
-    """The registry entries a trial with this resolved config uses, by "FAMILY:NAME" (FAMILY
-    as in `FAMILIES`, e.g. `optimizer.name:lamb`)."""
-    model = MODELS.entry(config["model"]["type"])
+def used_entries(recipe: TrialRecipe) -> dict[str, Entry[Any]]:
+    """The registry entries a trial of this recipe uses, by "FAMILY:NAME" (FAMILY as in
+    `FAMILY_TABLE`, e.g. `optimizer.name:lamb`)."""
     found = {}
-    for family, registry in FAMILIES.items():
-        if isinstance(model, PretrainedModelEntry) and family.startswith(TRAINING):
+    for family in FAMILY_TABLE:
+        if family.config_path is None or (family.training and recipe.kind.pretrained):
             continue
-        name: Any = config
-        for part in CONFIG_PATHS.get(family, family).split("."):
+        name: Any = recipe.config
+        for part in family.config_path.split("."):
             name = name.get(part) if isinstance(name, dict) else None
-        if isinstance(name, str) and name in registry:
-            found[f"{family}:{name}"] = registry.entry(name)
+        if isinstance(name, str) and name in family.registry:
+            found[f"{family.key}:{name}"] = family.registry.entry(name)
     return found
 
 
-def trial_versions(config: dict[str, Any]) -> dict[str, Any]:
+def trial_versions(recipe: TrialRecipe) -> dict[str, Any]:
     """The versions of the entries the trial uses that are past their first, and of the method
     libraries those entries use that are not at their baseline (see the module docstring)."""
-    entries = used_entries(config)
+    entries = used_entries(recipe)
     changed = method_library_versions()
     versions: dict[str, Any] = {
         key: entry.version for key, entry in entries.items() if entry.version != INITIAL_VERSION
@@ -143,66 +102,49 @@ def trial_versions(config: dict[str, Any]) -> dict[str, Any]:
 
 def plan_suite(suite: Suite) -> list[PlannedTrial]:
     """Every trial of a (validated) suite, in a stable order: cell, sweep point, seed."""
-    models = {name: resolved(MODELS, spec) for name, spec in suite.models.items()}
-    tasks = {name: resolved(TASKS, spec) for name, spec in suite.tasks.items()}
-    fingerprints = {name: task_fingerprint(spec) for name, spec in tasks.items()}
-    settings_of = {name: trial_settings(suite, name) for name in suite.methods}
+    models = {name: parsed_section(MODELS, spec) for name, spec in suite.models.items()}
+    tasks = {name: parsed_section(TASKS, spec) for name, spec in suite.tasks.items()}
+    fingerprints = {name: task_fingerprint(spec) for name, spec in suite.tasks.items()}
     cuda = cuda_available()
-    threads = threads_field(suite.resources)
+    settings_of = {  # each method's sweep points, resolved for their device
+        name: [
+            (point, resolved_settings(each, cuda)) for point, each in trial_settings(suite, name)
+        ]
+        for name in suite.methods
+    }
     trials = []
     for method, model, task in matrix_cells(suite):
         for point, settings in settings_of[method]:
+            section = with_overrides(suite.models[model], settings.model) or models[model]
             for seed in suite.seed_list:
-                resolved_settings = settings.model_dump(mode="json")
-                overrides = resolved_settings.pop("model")
-                resolved_settings["optimizer"] = resolved_optimizer(
-                    resolved_settings["optimizer"], settings.device, cuda
+                recipe = TrialRecipe.of(
+                    settings,
+                    section,
+                    tasks[task],
+                    seed=seed,
+                    plugins=suite.plugins,
+                    threads=suite.resources.threads,
                 )
-                resolved_settings["train"] = resolved_train(
-                    resolved_settings["train"], settings.device, cuda
-                )
-                config = {
-                    **resolved_settings,
-                    "precision": resolve_precision(settings.precision, settings.device, cuda),
-                    "model": models[model]
-                    if not overrides
-                    else with_overrides(suite.models[model], overrides),
-                    "task": tasks[task],
-                    "seed": seed,
-                    "plugins": suite.plugins,
-                    **threads,
-                }
                 identity = {"suite": suite.suite, "method": method, "model": model, "task": task}
-                key = trial_key(identity, config, fingerprints[task])
+                key = trial_key(identity, recipe, fingerprints[task])
                 trials.append(
-                    PlannedTrial(key, suite.suite, method, model, task, seed, point, config)
+                    PlannedTrial(key, suite.suite, method, model, task, seed, point, recipe)
                 )
     return trials
 
 
-def with_overrides(section: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """A model section with a method's `model` fields set (`TrialSettings.model`), resolved."""
-    return resolved(MODELS, {**section, **overrides})
-
-
-def resolved(
-    registry: Registry[ModelEntry] | Registry[TaskEntry], spec: dict[str, Any]
-) -> dict[str, Any]:
-    """A model or task section with every default filled in."""
-    return section(registry.entry(spec["type"]), spec).model_dump(mode="json")
-
-
-def section(entry: Entry[Any], spec: dict[str, Any]) -> BaseModel:
-    """A model or task section validated by its entry's schema."""
-    if entry.params is None:
-        raise TypeError(f"{entry.family} '{entry.name}' declares no schema for its section")
-    return entry.params.model_validate(spec)
+def with_overrides(
+    section: dict[str, Any], overrides: dict[str, Any]
+) -> tuple[ModelEntry, BaseModel] | None:
+    """A model section with a method's `model` fields set (`TrialSettings.model`), validated;
+    None when the method sets none."""
+    return parsed_section(MODELS, {**section, **overrides}) if overrides else None
 
 
 def task_fingerprint(spec: dict[str, Any]) -> str:
     """The task's data fingerprint (cheap: it hashes files, it does not tokenize)."""
-    entry = TASKS.entry(spec["type"])
-    return entry.fingerprint(section(entry, spec))
+    entry, params = parsed_section(TASKS, spec)
+    return entry.fingerprint(params)
 
 
 ONLY_FIELDS = ("method", "model", "task", "seed", "key")

@@ -23,31 +23,34 @@ from sqlalchemy.orm import Session
 from harness.cache import DataMissingError
 from harness.env import RESULT_CHANGING_PACKAGES, package_versions
 from harness.records import ACTIVE_STATUSES, FINAL_STATUSES, PlannedTrial
-from harness.registry import MODELS, TASKS, RegistryError
-from harness.spec.plan import key_of, section, task_fingerprint, trial_versions
+from harness.spec.plan import key_of, trial_versions
+from harness.spec.recipe import TrialRecipe, stored_recipe
 from harness.store.models import Trial
 from harness.store.queries import CHUNK, trial_statuses
 from harness.utils import chunks
 
-NOT_PLANNABLE = (RegistryError, DataMissingError, ValidationError, ValueError, KeyError, TypeError)
-"""What recomputing a stored trial's key may raise here (a plugin's entry not loaded, a corpus
-not installed, a config of an older schema): such a trial is left out of `stale_trials`."""
+NOT_PLANNABLE = (DataMissingError, ValidationError, ValueError, KeyError, TypeError)
+"""What recomputing a parsed stored trial's key may raise here (a corpus not installed): such a
+trial is left out of `stale_trials`, as one whose config does not parse here (`stored_recipe`)."""
 
 
-def not_installed(config: dict[str, Any]) -> str | None:
-    """The reason a trial with this config cannot find its stored result here: its task's data
+def not_installed(recipe: TrialRecipe) -> str | None:
+    """The reason a trial of this recipe cannot find its stored result here: its task's data
     or its model is not installed (with the command that installs it), else None."""
-    for registry, part, what in ((TASKS, "task", "task data"), (MODELS, "model", "model")):
-        entry = registry.entry(config[part]["type"])
-        command = entry.missing(section(entry, config[part])) if entry.missing else None
+    sections = (
+        (recipe.task_entry, recipe.task, "task data"),
+        (recipe.model_entry, recipe.model, "model"),
+    )
+    for entry, params, what in sections:
+        command = entry.missing(params) if entry.missing else None
         if command:
             return f"whose {what} is not installed here (run `{command}`)"
     return None
 
 
-def version_changes(environment: dict[str, Any] | None, config: dict[str, Any]) -> list[str]:
+def version_changes(environment: dict[str, Any] | None, recipe: TrialRecipe) -> list[str]:
     """What changed between the versions a stored trial ran with (its `environment`) and those a
-    trial of its config would run with now: packages, method libraries, entries."""
+    trial of its recipe would run with now: packages, method libraries, entries."""
     environment = environment or {}
     now = package_versions()
     changes = [
@@ -56,7 +59,7 @@ def version_changes(environment: dict[str, Any] | None, config: dict[str, Any]) 
         if environment.get(f"{name}_version", now[name]) != now[name]
     ]
     before = environment.get("method_versions") or {}
-    after = trial_versions(config)
+    after = trial_versions(recipe)
     for name in sorted(set(before) | set(after)):
         if name != "libraries" and before.get(name, 1) != after.get(name, 1):
             changes.append(f"{name} version {before.get(name, 1)} -> {after.get(name, 1)}")
@@ -68,12 +71,12 @@ def version_changes(environment: dict[str, Any] | None, config: dict[str, Any]) 
     return changes
 
 
-def superseded_reason(environment: dict[str, Any] | None, config: dict[str, Any]) -> str:
-    """Why a stored trial of this config no longer has the current key."""
-    missing = not_installed(config)
+def superseded_reason(environment: dict[str, Any] | None, recipe: TrialRecipe) -> str:
+    """Why a stored trial of this recipe no longer has the current key."""
+    missing = not_installed(recipe)
     if missing:
         return missing
-    changes = version_changes(environment, config)
+    changes = version_changes(environment, recipe)
     if changes:
         return "superseded by a version change (" + ", ".join(changes) + ")"
     return "superseded: the task's data changed"
@@ -106,12 +109,12 @@ def stored_by_identity(engine: Engine, suite: str, methods: set[str]) -> dict[tu
 
 def missing_reason(trial: PlannedTrial, status: str | None, stored: dict[Any, Any]) -> str:
     """Why a planned trial has no stored result."""
-    missing = not_installed(trial.config)
+    missing = not_installed(trial.recipe)
     if missing:
         return missing
     old = stored.get(identity_of(trial))
     if old is not None:
-        return superseded_reason(old.environment, trial.config)
+        return superseded_reason(old.environment, trial.recipe)
     if status in ACTIVE_STATUSES:
         return "running or interrupted (`layerbench run` resumes them)"
     return "not run yet (`layerbench run` runs them)"
@@ -152,17 +155,20 @@ def stale_trials(engine: Engine) -> Iterator[tuple[str, str]]:
 def stale_reason(row: Any, fingerprints: dict[str, str]) -> str | None:
     """Why a stored trial is not current here, or None when it is (or cannot be planned here)."""
     identity = {"suite": row.suite, "method": row.method, "model": row.model, "task": row.task}
+    recipe = stored_recipe(row.config)
+    if recipe is None:
+        return None
     try:
-        task = json.dumps(row.config["task"], sort_keys=True)
+        task = recipe.task.model_dump_json()
         if task not in fingerprints:
-            fingerprints[task] = task_fingerprint(row.config["task"])
-        versions = trial_versions(row.config)
+            fingerprints[task] = recipe.fingerprint()
+        versions = trial_versions(recipe)
         if (
             key_of(identity, row.config, fingerprints[task], package_versions(), versions)
             == row.key
         ):
             return None
-        return superseded_reason(row.environment, row.config)
+        return superseded_reason(row.environment, recipe)
     except NOT_PLANNABLE:
         return None
 

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from harness.core import Status
 from harness.env import git_commit
 from harness.records import PlannedTrial, TrialResult
-from harness.registry import undeclared_metrics
+from harness.runner.catalog import undeclared_metrics
 from harness.spec.declaration import RankingDeclaration
 from harness.store.models import (
     ExampleOutcome,
@@ -346,7 +346,7 @@ class StoreLedger:
 
 def warn_undeclared(trial: PlannedTrial, result: TrialResult) -> None:
     """A warning for each stored metric that the trial's task entry does not declare."""
-    task_type = trial.config.get("task", {}).get("type", "")
+    task_type = trial.recipe.task_entry.name
     undeclared = undeclared_metrics(task_type, result.final)
     if undeclared:
         log.warning(

@@ -50,6 +50,9 @@ class Trial(Base):
     model: Mapped[str] = mapped_column(String(200))
     task: Mapped[str] = mapped_column(String(200))
     seed: Mapped[int]
+    """Also in `config`, which is hashed into `key` and must stay as every stored trial has it;
+    this column is what queries select and group by (a seed read out of the JSON would differ
+    by dialect and could not be indexed)."""
     sweep: Mapped[dict[str, Any]]
     config: Mapped[dict[str, Any]]
     status: Mapped[str] = mapped_column(String(20), index=True)

@@ -27,6 +27,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from harness.core import EvalPoint, Status, TrialOutcome
 from harness.records import FINAL_STATUSES
 from harness.spec.declaration import RankingDeclaration
+from harness.spec.recipe import stored_recipe
 from harness.store.models import ExampleOutcome, MetricPoint, Result, SuiteRun, Trial
 from harness.utils import chunks
 
@@ -220,16 +221,18 @@ class Sweeps:
 
 
 def task_sections(engine: Engine, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """Task name -> its section as one of these trials ran it (`config["task"]`); one config
-    read per task and chunk of keys."""
+    """Task name -> its section as one of these trials ran it (its recipe's `task`, as the
+    config holds it); one config read per task and chunk of keys, skipped where it does not
+    parse here (`stored_recipe`)."""
     sections: dict[str, dict[str, Any]] = {}
     with engine.connect() as connection:
         for chunk in chunks(keys, OUTCOME_CHUNK):
             firsts = select(func.min(Trial.id)).where(Trial.key.in_(chunk)).group_by(Trial.task)
             rows = connection.execute(select(Trial.task, Trial.config).where(Trial.id.in_(firsts)))
             for task, config in rows:
-                if isinstance(config, dict) and isinstance(config.get("task"), dict):
-                    sections.setdefault(task, config["task"])
+                recipe = stored_recipe(config)
+                if recipe is not None:
+                    sections.setdefault(task, recipe.task.model_dump(mode="json"))
     return sections
 
 

@@ -24,10 +24,11 @@ from pydantic import (
 )
 
 from harness.cache import DataMissingError
-from harness.registry import SYNTHETIC_KINDS, TASKS, TOKENIZERS, EvalTaskEntry
+from harness.core import Direction
+from harness.registry import SYNTHETIC_KINDS, TASKS, TOKENIZERS, EvalTaskEntry, declare_metrics
 from harness.spec.schema import StrictModel
 from harness.tasks.corpora import check_corpus_name, load_corpus
-from harness.tasks.trivial import lm_trivial, synthetic_trivial
+from harness.tasks.trivial import SYNTHETIC_SETS, lm_trivial, synthetic_trivial
 
 
 def known_corpus(cls: type, corpus: str) -> str:
@@ -58,13 +59,23 @@ class LMTaskSpec(StrictModel):
     """A task section of type `lm`: a built-in `corpus` tokenized on load, or a prepared
     `dataset` (`layerbench data prepare`)."""
 
-    type: Literal["lm"] = "lm"
-    corpus: str = "shakespeare"
-    tokenizer: str = "byte"
-    seq_len: PositiveInt = 128
-    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    split_seed: int = 0
+    type: Literal["lm"] = Field(
+        "lm", description="Train and evaluate causal language modelling on a corpus."
+    )
+    corpus: str = Field(
+        "shakespeare", description="A registered corpus (shakespeare), or `file:PATH`."
+    )
+    tokenizer: str = Field("byte", description="A registered tokenizer (byte, char, ...).")
+    seq_len: PositiveInt = Field(128, description="Tokens per training and evaluation window.")
+    val_fraction: float = Field(
+        0.1, gt=0.0, lt=1.0, description="The fraction of the documents in the validation split."
+    )
+    test_fraction: float = Field(
+        0.1, gt=0.0, lt=1.0, description="The fraction of the documents in the test split."
+    )
+    split_seed: int = Field(
+        0, description="The seed of the split by document (the same for every trial seed)."
+    )
     dataset: str | None = Field(
         None, description="A prepared dataset's name (`layerbench data list`); replaces corpus."
     )
@@ -73,7 +84,9 @@ class LMTaskSpec(StrictModel):
         description="The model's vocabulary (at least the tokenizer's; larger pads it); "
         "default: the tokenizer's.",
     )
-    eval: LMEvalSpec | None = None
+    eval: LMEvalSpec | None = Field(
+        None, description="How much of val and test the final evaluation reads."
+    )
 
     _known_corpus = field_validator("corpus")(known_corpus)
 
@@ -136,10 +149,19 @@ class SyntheticTaskSpec(StrictModel):
 
     model_config = ConfigDict(extra="allow")
 
-    type: Literal["synthetic"] = "synthetic"
-    kind: str
-    data_seed: int = 0
-    n_eval: PositiveInt = 512
+    type: Literal["synthetic"] = Field(
+        "synthetic",
+        description="Data generated on the fly, with in-distribution and out-of-distribution "
+        "evaluation sets.",
+    )
+    kind: str = Field(
+        description="A registered synthetic kind (modular-addition, poly-regression); its "
+        "parameters are further keys of this section."
+    )
+    data_seed: int = Field(
+        0, description="The seed of the generated data (the same for every trial seed)."
+    )
+    n_eval: PositiveInt = Field(512, description="Examples in each evaluation set.")
 
     @field_validator("kind")
     @classmethod
@@ -159,14 +181,23 @@ class SyntheticTaskSpec(StrictModel):
 
 
 class ModularAdditionParams(StrictModel):
-    modulus: int = Field(97, ge=2)
-    train_fraction: float = Field(0.5, gt=0.0, lt=1.0)
+    modulus: int = Field(97, ge=2, description="p in (a + b) mod p.")
+    train_fraction: float = Field(
+        0.5, gt=0.0, lt=1.0, description="The fraction of the p^2 pairs trained on."
+    )
 
 
 class PolyRegressionParams(StrictModel):
-    n_bins: int = Field(64, ge=4)
-    n_context: int = Field(4, ge=0)
-    max_degree: int = Field(4, ge=2)
+    n_bins: int = Field(
+        64,
+        ge=4,
+        description="Bins of x over [-1, 1] and of y over f's range: the tokens, and the answer "
+        "classes.",
+    )
+    n_context: int = Field(4, ge=0, description="Example (x, y) pairs shown before the query.")
+    max_degree: int = Field(
+        4, ge=2, description="The polynomial's degree is drawn from 2..max_degree."
+    )
 
 
 LOCAL_TASKS = Path(__file__).resolve().parents[2] / "suites" / "tasks"
@@ -178,11 +209,21 @@ trials stored before the change are not taken for current ones."""
 class LMEvalTaskSpec(StrictModel):
     """A task section of type `lm-eval`: one lm-evaluation-harness task."""
 
-    type: Literal["lm-eval"] = "lm-eval"
-    task: str = Field(min_length=1)
-    limit: PositiveInt | None = None
-    num_fewshot: NonNegativeInt = 0
-    include_path: str | None = None
+    type: Literal["lm-eval"] = Field(
+        "lm-eval", description="Evaluate with EleutherAI's lm-evaluation-harness."
+    )
+    task: str = Field(
+        min_length=1,
+        description="The lm-eval task: a local one of suites/tasks/ (lb_bigbench_*) or any "
+        "installed lm-eval task.",
+    )
+    limit: PositiveInt | None = Field(
+        None, description="Evaluate the first `limit` examples; None: all."
+    )
+    num_fewshot: NonNegativeInt = Field(0, description="Examples shown before each question.")
+    include_path: str | None = Field(
+        None, description="A folder of lm-eval task YAMLs; None: suites/tasks/."
+    )
 
 
 class PerplexityTaskSpec(StrictModel):
@@ -192,14 +233,26 @@ class PerplexityTaskSpec(StrictModel):
     `split` names the one behind the unprefixed `bits_per_byte`.
     """
 
-    type: Literal["perplexity"] = "perplexity"
-    corpus: str = "shakespeare"
-    split: Literal["val", "test"] = "test"
-    seq_len: PositiveInt = 256
-    windows: PositiveInt = 64
-    split_seed: int = 0
-    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    type: Literal["perplexity"] = Field(
+        "perplexity",
+        description="Evaluation-only perplexity and bits per byte of a (pruned, quantized) "
+        "model on a corpus.",
+    )
+    corpus: str = Field(
+        "shakespeare", description="A registered corpus (shakespeare), or `file:PATH`."
+    )
+    split: Literal["val", "test"] = Field(
+        "test", description="The split behind the unprefixed `bits_per_byte`."
+    )
+    seq_len: PositiveInt = Field(256, description="Tokens per window.")
+    windows: PositiveInt = Field(64, description="Windows evaluated in each split.")
+    split_seed: int = Field(0, description="The seed of the split by document.")
+    val_fraction: float = Field(
+        0.1, gt=0.0, lt=1.0, description="The fraction of the documents in the val split."
+    )
+    test_fraction: float = Field(
+        0.1, gt=0.0, lt=1.0, description="The fraction of the documents in the test split."
+    )
 
     _known_corpus = field_validator("corpus")(known_corpus)
 
@@ -215,10 +268,6 @@ def files_digest(folder: Path) -> str:
             digest.update(path.relative_to(folder).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-SYNTHETIC_SETS = ("id", "test", "ood")
-"""A synthetic task's evaluation sets (`test` only at the final evaluation)."""
 
 
 def corpus_fingerprint(spec: LMTaskSpec) -> str:
@@ -268,7 +317,43 @@ def perplexity_fingerprint(spec: PerplexityTaskSpec) -> str:
     return hashlib.sha256((load_corpus(spec.corpus).fingerprint() + OUTPUTS).encode()).hexdigest()
 
 
-# the metrics each task emits (names in harness.registry.METRICS, which holds their direction)
+MIN, MAX = Direction.MIN, Direction.MAX
+NATS, BITS, FRACTION, PURE = "nats/token", "bits/byte", "fraction", ""
+TASK_METRICS = declare_metrics(
+    ("val_loss", MIN, "in-distribution validation loss", NATS),
+    ("val_ppl", MIN, "validation perplexity", PURE),
+    ("bits_per_byte", MIN, "bits per byte of text (lm: validation; perplexity: its split)", BITS),
+    ("test_loss", MIN, "held-out test loss (reporting split; at the end of training)", NATS),
+    ("test_ppl", MIN, "test perplexity at the end of training", PURE),
+    ("test_bits_per_byte", MIN, "test bits per byte at the end of training", BITS),
+    ("id_loss", MIN, "in-distribution loss of a synthetic task", NATS),
+    ("ood_loss", MIN, "out-of-distribution loss of a synthetic task", NATS),
+    ("id_acc", MAX, "in-distribution accuracy of a synthetic task", FRACTION),
+    ("ood_acc", MAX, "out-of-distribution accuracy of a synthetic task", FRACTION),
+    (
+        "test_acc",
+        MAX,
+        "held-out test accuracy at the end of training (synthetic: ID test set)",
+        FRACTION,
+    ),
+    ("acc", MAX, "accuracy (lm-eval)", FRACTION),
+    ("acc_norm", MAX, "length-normalized accuracy (lm-eval)", FRACTION),
+    ("word_perplexity", MIN, "word perplexity (lm-eval)", PURE),
+    ("byte_perplexity", MIN, "byte perplexity (lm-eval)", PURE),
+    (
+        "val_bits_per_byte",
+        MIN,
+        "validation (tuning split) bits per byte of a perplexity task",
+        BITS,
+    ),
+    ("val_acc", MAX, "accuracy on the task's validation split (lm-eval, tuning split)", FRACTION),
+    ("val_acc_norm", MAX, "length-normalized accuracy on the validation split (lm-eval)", FRACTION),
+    ("val_word_perplexity", MIN, "word perplexity on the validation split (lm-eval)", PURE),
+    ("val_byte_perplexity", MIN, "byte perplexity on the validation split (lm-eval)", PURE),
+)
+"""Every metric a task emits, declared once: its name, direction, description and unit ("": a
+pure number). Each task's entry lists those it emits (`metrics=`); the runner declares the
+metrics of every trial (harness/runner/catalog.py)."""
 SPLIT_LOSSES = ("loss", "ppl", "bits_per_byte")
 LM_EVAL_METRICS = ("acc", "acc_norm", "word_perplexity", "byte_perplexity", "bits_per_byte")
 

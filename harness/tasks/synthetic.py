@@ -24,12 +24,12 @@ from torch import Tensor, nn
 from harness.registry import SYNTHETIC_KINDS
 from harness.tasks.base import Batch, Task
 from harness.tasks.catalog import (
-    SYNTHETIC_SETS,
     ModularAdditionParams,
     PolyRegressionParams,
     SyntheticTaskSpec,
     synthetic_fingerprint,
 )
+from harness.tasks.trivial import SYNTHETIC_SETS
 
 IGNORE = -100
 """Target of a position that is not an answer (ignored by the loss and the accuracy)."""

@@ -1,7 +1,7 @@
 """The level of each task's trivial predictor: a model that learned nothing about the inputs.
 
 A method whose metric is not better than this level "stays at the trivial predictor": it did
-not train. `harness.ranking.findings` uses it to call a claim between two such methods
+not train. `harness.claims` uses it to call a claim between two such methods
 degenerate (not tested) instead of reading noise around that level as a difference.
 
 - `lm`: the unigram predictor of the training split (token frequencies with add-one smoothing),
@@ -28,6 +28,10 @@ import numpy as np
 from harness.cache import cache_dir
 from harness.registry import SYNTHETIC_KINDS
 from harness.tasks.corpora import SPLITS, lm_splits
+
+SYNTHETIC_SETS = ("id", "test", "ood")
+"""A synthetic task's evaluation sets (`test` only at the final evaluation); its trivial
+predictor is scored on each."""
 
 if TYPE_CHECKING:
     from harness.tasks.catalog import LMTaskSpec, SyntheticTaskSpec
@@ -88,8 +92,6 @@ def _lm_levels(spec: LMTaskSpec) -> dict[str, float]:
 def synthetic_trivial(spec: SyntheticTaskSpec) -> dict[str, float]:
     """Chance level of a synthetic task: a uniform guess among its answer classes; empty when
     its kind declares no number of classes."""
-    from harness.tasks.catalog import SYNTHETIC_SETS  # catalog imports this module
-
     count = SYNTHETIC_KINDS.entry(spec.kind).classes
     if count is None:
         return {}

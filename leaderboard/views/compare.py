@@ -94,7 +94,7 @@ def pareto(
         method=lambda f: f["key"].map(done)
     )
     means = finals.groupby(["name", "method"])["value"].mean()
-    y = pd.Series({row.method: row.mean for row in rows}, dtype=float)
+    y = pd.Series({row.method: row.seeds.mean for row in rows}, dtype=float)
     st.caption(
         f"x: mean over the finished seeds; y: the ranked mean {ranking.metric} (failed seeds "
         "count as the worst value). The dotted line joins the methods no other method beats "

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from harness.ranking.findings import Finding
+from harness.claims import Finding
 from harness.ranking.suite import rank_suite
 from leaderboard import data
 from leaderboard.findings import (

@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from harness.ranking.stats import CONFIDENCE_LEVEL, bootstrap_ci, paired_test
+from harness.stats.intervals import CONFIDENCE_LEVEL, bootstrap_ci
+from harness.stats.paired import paired_test
 
 ExampleOutcomes = Mapping[str, Mapping[str, Mapping[str, float]]]
 

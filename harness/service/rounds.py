@@ -1,32 +1,78 @@
 """Which trials a suite with sequential seeds (`seeds: {initial, max, step}`) runs next.
 
 The policy of `layerbench run`: first seeds 0 .. initial - 1 of every trial; then after each look
-(the findings of `harness.ranking.findings` on every stored outcome) `step` more seeds only for
+(the findings of `harness.claims` on every stored outcome) `step` more seeds only for
 the two methods of each comparison still open on its recipe (model, task): not decided, not
-futile, below `max` (`harness.ranking.sequential`). The comparisons are the suite's `expect`
+futile, below `max` (`harness.claims.sequential`). The comparisons are the suite's `expect`
 claims, or without claims each method against the baseline. A method with a sweep is tuned on
-the initial seeds (`harness.ranking.outcomes.select_tuned`, `tuned_on`), so its later seeds run
+the initial seeds (`harness.stats.outcomes.select_tuned`, `tuned_on`), so its later seeds run
 the chosen sweep point alone (with `rank.tuning: per_seed`, every point, as each seed picks its
 own). `SequentialSeeds` is the round policy of a run (`trials(round)`: the next batch given the
-stored outcomes); the rest is pure.
+stored outcomes, which the run path reads); everything here is pure (no store).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from harness.claims import Finding
 from harness.core import CellKey, TrialOutcome, cell_of, point_label
-from harness.ranking.findings import Finding
-from harness.ranking.outcomes import select_tuned
 from harness.ranking.suite import RankPlan, claim_findings, plan_of, ranked_metrics
-from harness.records import PlannedTrial
+from harness.records import PlannedTrial, TrialResult
 from harness.registry import METRICS
 from harness.spec.schema import RankSpec, SeedSchedule, Suite
+from harness.stats.outcomes import select_tuned
 
-if TYPE_CHECKING:
-    from harness.service.run import Round
+
+@dataclass(frozen=True)
+class Round:
+    """What a `RoundPolicy` sees before each round."""
+
+    number: int
+    """0 for the first round."""
+    planned: Sequence[PlannedTrial]
+    """Every selected trial of the suite, under the keys this run stores them."""
+    outcomes: Sequence[TrialOutcome]
+    """The planned trials' stored outcomes, with the final metrics the policy `reads`."""
+    results: dict[str, TrialResult]
+    """What the earlier rounds of this run produced, by trial key."""
+
+
+class RoundPolicy(Protocol):
+    """Which trials the next round runs (none: the run is over)."""
+
+    @property
+    def reads(self) -> frozenset[str] | None:
+        """The final metrics of the stored outcomes each round is given (None: no outcomes)."""
+        ...
+
+    def trials(self, round: Round) -> Sequence[PlannedTrial]: ...
+
+    def most(self, planned: Sequence[PlannedTrial]) -> int | None:
+        """The most trials the rounds can run (None: those of the first round)."""
+        ...
+
+
+class FixedDesign:
+    """Every planned trial, in one round."""
+
+    reads = None
+
+    def trials(self, round: Round) -> Sequence[PlannedTrial]:
+        return round.planned if round.number == 0 else ()
+
+    def most(self, planned: Sequence[PlannedTrial]) -> int | None:
+        return None
+
+
+def default_policy(suite: Suite, show: Callable[[str], None]) -> RoundPolicy:
+    """`SequentialSeeds` for a suite with a seed schedule (`show` gets each look), else
+    `FixedDesign`."""
+    if suite.schedule is None:
+        return FixedDesign()
+    return SequentialSeeds(suite, show)
 
 
 @dataclass(frozen=True)
@@ -151,29 +197,29 @@ def wanted_trials(look_: Look, planned: Sequence[PlannedTrial]) -> list[PlannedT
 class SequentialSeeds:
     """The round policy of a suite with sequential seeds: the initial seeds while any is not
     stored, then after each look the trials the open comparisons ask for that this run has not
-    run yet (none: the run is over). `show` receives each look's lines."""
+    run yet (none: the run is over). `show` receives each look's lines. Pure: the run path
+    (`harness.service.run`) reads the stored outcomes it looks at (the final metrics `reads`)."""
 
     def __init__(self, suite: Suite, show: Callable[[str], None] = lambda line: None) -> None:
         if suite.schedule is None:
             raise ValueError(f"suite '{suite.suite}' has a fixed list of seeds")
         self.suite, self.schedule, self.show = suite, suite.schedule, show
         self.looks = 0
+        plan = plan_of(suite, [])
+        self.reads: frozenset[str] | None = ranked_metrics(plan, plan.spec)
+        """What a look ranks and checks, no more."""
 
     def most(self, planned: Sequence[PlannedTrial]) -> int:
         return most_trials(self.suite, planned)
 
     def trials(self, round: Round) -> list[PlannedTrial]:
-        from harness.store.queries import stored_outcomes
-
-        keys = [t.key for t in round.planned]
-        plan = plan_of(self.suite, keys)
-        metrics = ranked_metrics(plan, plan.spec)  # what the look ranks and checks, no more
-        outcomes = stored_outcomes(round.store, keys, suite=self.suite.suite, metrics=metrics)
         first = initial_trials(self.schedule, round.planned)
-        stored = {o.key for o in outcomes}
+        stored = {o.key for o in round.outcomes}
         if round.number == 0 and any(t.key not in stored for t in first):
             return first
-        found = look(plan, self.schedule, outcomes)
+        found = look(
+            plan_of(self.suite, [t.key for t in round.planned]), self.schedule, round.outcomes
+        )
         self.looks += 1
         self.show("\n".join(found.lines(self.looks)))
         return [t for t in wanted_trials(found, round.planned) if t.key not in round.results]

@@ -1,0 +1,216 @@
+"""What a claim's checks found: the record of each recipe's check (`RecipeCheck`), the claim's
+`Finding`, and the words of their verdicts. How a check is decided: `harness.claims.checks`.
+
+A claim's verdict over its tested recipes: their common verdict; **flipped** when one recipe
+reproduces it and another contradicts it (significant in opposite directions); **recipe-
+dependent** when it is decided in one recipe and inconclusive in another (`differs_on` names
+the recipes whose verdict differs from the first's, the paper's, listed first); **not tested**
+when every recipe is degenerate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from harness.claims.sequential import SequentialCheck, summary
+from harness.spec.schema import ClaimDirection
+
+CheckVerdict = Literal["reproduced", "contradicted", "inconclusive", "not tested"]
+ClaimVerdict = Literal[
+    "reproduced",
+    "contradicted",
+    "inconclusive",
+    "flipped",
+    "recipe-dependent",
+    "not tested",
+    "no data",
+]
+NOT_TESTED: CheckVerdict = "not tested"
+DEGENERATE = "degenerate: both stay at the trivial predictor"
+OTHER_WAY = "the observed difference points the other way"
+IMPLICIT_SOURCE = "each method against the baseline (sequential seeds, no `expect` claims)"
+"""The source of the comparisons a sequential suite without claims steers its seeds by: each
+method against the baseline, decided either way, so its verdicts read better / worse."""
+IMPLICIT_WORDS = {"reproduced": "better", "contradicted": "worse"}
+OUTSIDE_MARGIN = "the observed difference lies outside the margin"
+
+
+@dataclass(frozen=True)
+class RecipeCheck:
+    """A claim on one (model, task): the paired difference method - than and its verdict."""
+
+    model: str
+    task: str
+    n: int
+    """Seeds both methods finished."""
+    delta: float | None
+    ci_low: float | None
+    ci_high: float | None
+    """The unadjusted interval at `ci_level` (95%; a tie's 1 - 2 alpha, 90%)."""
+    p_value: float | None
+    """Holm-adjusted over the suite's directional checks; None for a tie or without a test."""
+    seeds_needed: int | None
+    verdict: CheckVerdict
+    decided_by: Literal["test", "interval", "failures", "sequential"] | None = None
+    failed: tuple[int, int] = (0, 0)
+    """Seeds (of method, of than) that diverged where the other finished."""
+    sequential: SequentialCheck | None = None
+    """With sequential seeds: n, looks, how it stopped, the interval's level, CPU seconds."""
+    ci_level: float = 0.95
+    p_raw: float | None = None
+    """The unadjusted two-sided p-value."""
+    holm_ci: tuple[float | None, float | None] | None = None
+    holm_level: float | None = None
+    """The interval matching the Holm-adjusted p, and its level (`harness.claims.checks`)."""
+    median_delta: float | None = None
+    sign_p: float | None = None
+    """Exact two-sided sign test of the paired differences."""
+    signs: tuple[int, int] = (0, 0)
+    """Paired differences (above 0, below 0)."""
+    excluded: int = 0
+    """Seeds left out because either method crashed or timed out there."""
+    trivial: float | None = None
+    """The task's trivial predictor's value of the metric (None: unknown)."""
+    at_trivial: tuple[int, int] = (0, 0)
+    finished: tuple[int, int] = (0, 0)
+    """Finished seeds (of method, of than) that stay at the trivial predictor, and of how many."""
+    needed_note: str | None = None
+    """Why an inconclusive check has no seeds needed (e.g. `OTHER_WAY`)."""
+    names: tuple[str, str] = ("", "")
+    """The compared methods (method, than)."""
+    implicit: bool = False
+    """A comparison with the baseline, not a claim (`IMPLICIT_SOURCE`): verdicts read
+    better / worse."""
+
+    @property
+    def degenerate(self) -> bool:
+        return self.verdict == NOT_TESTED
+
+    @property
+    def annotation(self) -> str:
+        """ "X stays at the trivial predictor on k of n seeds" for each method that does; plus
+        the excluded seeds. Empty when there is nothing to add."""
+        notes = [
+            f"{name} stays at the trivial predictor on {k} of {n} seeds"
+            for name, k, n in zip(self.names, self.at_trivial, self.finished, strict=True)
+            if k and not self.degenerate
+        ]
+        if self.excluded:
+            notes.append(f"{self.excluded} seeds excluded (crashed or timed out)")
+        return "; ".join(notes)
+
+    @property
+    def verdict_text(self) -> str:
+        if self.degenerate:
+            return f"{NOT_TESTED} ({DEGENERATE})"
+        word = IMPLICIT_WORDS.get(self.verdict, self.verdict) if self.implicit else self.verdict
+        return word + (" (failures)" if self.decided_by == "failures" else "")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A claim, its checks per recipe and its verdict."""
+
+    index: int
+    method: str
+    than: str
+    metric: str
+    direction: ClaimDirection
+    margin: float | None
+    source: str
+    note: str
+    checks: list[RecipeCheck]
+    verdict: ClaimVerdict
+    differs_on: list[str] = field(default_factory=list)
+    """Recipes whose verdict differs from the first tested recipe's."""
+
+    @property
+    def implicit(self) -> bool:
+        """A comparison with the baseline that no claim states (`IMPLICIT_SOURCE`)."""
+        return self.source == IMPLICIT_SOURCE
+
+    @property
+    def claim(self) -> str:
+        """The claim in words, e.g. "post-ln worse than pre-ln on val_loss", "rmsnorm ties
+        layernorm (+-0.03) on val_loss"; a comparison no claim states: "lion against adamw on
+        val_loss"."""
+        if self.implicit:
+            return f"{self.method} against {self.than} on {self.metric}"
+        if self.direction == "tie":
+            return f"{self.method} ties {self.than} (+-{self.margin:g}) on {self.metric}"
+        return f"{self.method} {self.direction} than {self.than} on {self.metric}"
+
+    @property
+    def untested_on(self) -> list[str]:
+        """Recipes where the claim is degenerate (both methods stay at the trivial predictor)."""
+        return [recipe_label(c, self.checks) for c in self.checks if c.degenerate]
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict with what qualifies it: the degenerate reason, the recipes it differs on,
+        the recipes where it is not tested."""
+        if self.verdict == NOT_TESTED:
+            return f"{NOT_TESTED} ({DEGENERATE})"
+        text = IMPLICIT_WORDS.get(self.verdict, self.verdict) if self.implicit else self.verdict
+        if self.verdict == "flipped":
+            text = f"flipped (significant the other way on {', '.join(self.differs_on)})"
+        elif self.verdict == "recipe-dependent":
+            text = f"recipe-dependent (differs on {', '.join(self.differs_on)})"
+        if untested := self.untested_on:
+            text += f"; not tested on {', '.join(untested)} (degenerate)"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        checks = [
+            asdict(c) | {"verdict_text": c.verdict_text, "annotation": c.annotation}
+            for c in self.checks
+        ]
+        found = asdict(self) | {
+            "claim": self.claim,
+            "verdict_text": self.verdict_text,
+            "checks": checks,
+        }
+        records = [c.sequential for c in self.checks if c.sequential is not None]
+        if records:  # sequential seeds only: the fixed design's JSON has no such keys
+            found["sequential"] = summary(records)
+        else:
+            for check in checks:
+                del check["sequential"]
+        return found
+
+
+def degenerate_pairs(found: Iterable[Finding]) -> set[tuple[str, str, str, str]]:
+    """(method, than, model, task) of every degenerate check: comparisons that must get no
+    further seeds (both methods stay at the trivial predictor)."""
+    return {
+        (finding.method, finding.than, check.model, check.task)
+        for finding in found
+        for check in finding.checks
+        if check.degenerate
+    }
+
+
+def claim_verdict(checks: Sequence[RecipeCheck]) -> tuple[ClaimVerdict, list[str]]:
+    """The claim's verdict over its recipes' checks, and the recipes whose verdict differs
+    from the first tested one's (see the module doc)."""
+    tested = [c for c in checks if not c.degenerate]
+    if not checks:
+        return "no data", []
+    if not tested:
+        return NOT_TESTED, []
+    first = tested[0].verdict
+    differs = [recipe_label(c, checks) for c in tested if c.verdict != first]
+    found = {c.verdict for c in tested}
+    if {"reproduced", "contradicted"} <= found:
+        return "flipped", differs
+    if len(found) > 1:
+        return "recipe-dependent", differs
+    return first, []
+
+
+def recipe_label(check: RecipeCheck, checks: Sequence[RecipeCheck]) -> str:
+    """The recipe's model, with the task where the claim is checked on several."""
+    several = len({c.task for c in checks}) > 1
+    return f"{check.model} on {check.task}" if several else check.model

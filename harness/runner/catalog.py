@@ -1,0 +1,52 @@
+"""What the runner declares: the backends that run a suite's trials, and the metrics every trial
+reports besides its task's (see harness/registry.py). Importing this module imports neither
+torch, Ray nor submitit: choosing a backend imports only its own module, on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from harness.core import Direction
+from harness.registry import BACKENDS, TASKS, declare_metrics
+
+MIN, MAX = Direction.MIN, Direction.MAX
+
+BACKENDS.declare(
+    "local",
+    "harness.runner.local:local_backend",
+    summary="trial processes on this machine (`--workers` at once), started by a warm fork server",
+)
+BACKENDS.declare(
+    "ray",
+    "harness.runner.ray_backend:ray_backend",
+    summary="Ray tasks on the cluster at `--ray-address` (else $RAY_ADDRESS, else a local Ray)",
+)
+BACKENDS.declare(
+    "slurm",
+    "harness.runner.slurm_backend:slurm_backend",
+    summary="Slurm jobs submitted with submitit (the suite's `slurm:` and the `--slurm-*` flags)",
+)
+
+TRIAL_METRICS = declare_metrics(
+    ("train_loss", MIN, "training loss (mean over the last logging window)", "nats/token"),
+    ("tokens_per_s", MAX, "training throughput (tokens per second of train time)", "tokens/s"),
+    ("params", MIN, "number of parameters", "parameters"),
+)
+"""What every training trial reports besides its task's metrics (`harness.runner.trial`)."""
+COMPRESSION_METRICS = declare_metrics(
+    ("layers_removed", MAX, "layers removed by pruning", "blocks"),
+    ("layers", MIN, "blocks left after pruning", "blocks"),
+    ("effective_bits", MIN, "parameter-weighted bits per quantized weight", "bits/weight"),
+    ("model_bytes", MIN, "bytes of the model's weights after compression", "bytes"),
+)
+"""What a pruned or quantized trial reports (`harness.runner.posttrain`)."""
+
+
+def undeclared_metrics(task_type: str, names: Iterable[str]) -> list[str]:
+    """The metric names a trial of `task_type` stored that neither its task's catalog entry
+    (`metrics=`) nor the runner declares (unknown task types declare nothing)."""
+    declared = {*TRIAL_METRICS, *COMPRESSION_METRICS}
+    if task_type in TASKS.names():
+        declared.update(TASKS.entry(task_type).metrics)
+    return sorted(set(names) - declared)
