@@ -27,7 +27,7 @@ from harness.cache import DataMissingError
 from harness.core import Direction
 from harness.registry import SYNTHETIC_KINDS, TASKS, TOKENIZERS, EvalTaskEntry, declare_metrics
 from harness.spec.schema import StrictModel
-from harness.tasks.corpora import check_corpus_name, load_corpus
+from harness.tasks.corpora import check_corpus_name, corpus_fingerprint, load_corpus
 from harness.tasks.trivial import SYNTHETIC_SETS, lm_trivial, synthetic_trivial
 
 
@@ -268,16 +268,6 @@ def files_digest(folder: Path) -> str:
             digest.update(path.relative_to(folder).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-def corpus_fingerprint(spec: LMTaskSpec) -> str:
-    """The corpus files' fingerprint (raw bytes; no parsing or tokenizing), or the prepared
-    dataset's (its index's: the content, tokenizer, split and shards)."""
-    if spec.dataset is not None:
-        from harness.data.store import read_index
-
-        return read_index(spec.dataset).fingerprint
-    return load_corpus(spec.corpus).fingerprint()
 
 
 def synthetic_fingerprint(spec: SyntheticTaskSpec) -> str:

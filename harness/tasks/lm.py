@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.tasks.base import Batch, Task
-from harness.tasks.catalog import LMTaskSpec, corpus_fingerprint
-from harness.tasks.corpora import TokenSplits, lm_splits
+from harness.tasks.catalog import LMTaskSpec
+from harness.tasks.corpora import TokenSplits, corpus_fingerprint, lm_splits
 
 Tokens = Tensor | np.ndarray
 """A split's tokens: a tensor, or a numpy array (in memory or memory-mapped)."""

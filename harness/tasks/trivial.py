@@ -27,7 +27,7 @@ import numpy as np
 
 from harness.cache import cache_dir
 from harness.registry import SYNTHETIC_KINDS
-from harness.tasks.corpora import SPLITS, lm_splits
+from harness.tasks.corpora import SPLITS, corpus_fingerprint, lm_splits
 
 SYNTHETIC_SETS = ("id", "test", "ood")
 """A synthetic task's evaluation sets (`test` only at the final evaluation); its trivial
@@ -56,8 +56,6 @@ def unigram_loss(train: np.ndarray, tokens: np.ndarray, vocab_size: int) -> floa
 
 def lm_trivial(spec: LMTaskSpec) -> dict[str, float]:
     """The unigram predictor's metrics of an `lm` task (see the module doc), cached."""
-    from harness.tasks.catalog import corpus_fingerprint  # catalog imports this module
-
     identity = {
         "version": CACHE_VERSION,
         "data": corpus_fingerprint(spec),
