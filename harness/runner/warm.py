@@ -49,10 +49,21 @@ MODEL_STACK = ("harness.models.gpt_hf", "lm_eval.api.model", "optimum.quanto")
 """Modules trials import only when they use them (`uses_model_stack`): transformers' model stack
 (through the built-in gpt's `PreTrainedModel` face), lm-eval's model API, optimum-quanto."""
 
+TRIAL_ENV = ("LAYERBENCH_DATA",)
+"""Environment variables a trial reads to find its inputs (the prepared datasets' folder): a
+forked trial sees the fork server's environment, so a server started under other values is
+replaced (`start_server`)."""
+
 log = logging.getLogger(__name__)
 _tasks: dict[str, Task] = {}
 _server_imports: dict[int | None, set[str]] = {}
 """The model-stack modules each fork server this process started imported, by its pid."""
+_server_env: dict[int | None, dict[str, str | None]] = {}
+"""The `TRIAL_ENV` values each fork server this process started was started with, by its pid."""
+
+
+def trial_env() -> dict[str, str | None]:
+    return {name: os.environ.get(name) for name in TRIAL_ENV}
 
 
 def task_key(section: BaseModel) -> str:
@@ -89,12 +100,17 @@ def start_server(trials: Iterable[PlannedTrial]) -> None:
     A server already running keeps what it prepared (a trial whose task it did not build
     builds its own), unless it lacks the model stack these trials use: then it is replaced by
     one that imports it, so that a process running several suites in turn (nightly, the
-    tests) does not import the stack in every trial of the later ones. Call it between runs,
-    never while trials forked from the server are running."""
+    tests) does not import the stack in every trial of the later ones. It is replaced too when
+    it was started under other `TRIAL_ENV` values than this process has now. Call it between
+    runs, never while trials forked from the server are running."""
     spec = warm_spec(trials)
     running = _server_pid()
-    if running is not None and not set(spec["imports"]) <= _server_imports.get(running, set()):
+    stale = _server_env.get(running) != trial_env()
+    if running is not None and (
+        stale or not set(spec["imports"]) <= _server_imports.get(running, set())
+    ):
         _server_imports.pop(running, None)
+        _server_env.pop(running, None)
         forkserver._forkserver._stop()  # type: ignore[attr-defined]
     os.environ[WARM_ENV] = json.dumps(spec)
     try:
@@ -102,6 +118,7 @@ def start_server(trials: Iterable[PlannedTrial]) -> None:
     finally:
         del os.environ[WARM_ENV]
     _server_imports.setdefault(_server_pid(), set(spec["imports"]))
+    _server_env.setdefault(_server_pid(), trial_env())
 
 
 def _server_pid() -> int | None:
