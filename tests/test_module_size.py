@@ -14,7 +14,9 @@ from here when it is split."""
 
 def line_counts() -> dict[str, int]:
     modules = [*(ROOT / "harness").rglob("*.py"), *(ROOT / "leaderboard").rglob("*.py")]
-    return {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines()) for path in modules}
+    return {
+        path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines()) for path in modules
+    }
 
 
 def test_no_module_is_over_the_limit() -> None:
