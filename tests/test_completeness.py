@@ -1,5 +1,5 @@
 """What is registered is documented and tested: the lists here come from the registries, so a new
-entry needs no edit of a test, only its README row (docs/adding_a_method.md)."""
+entry needs no edit of a test, only its README row (docs/extending.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A method added as docs/adding_a_method.md says: one source file (tests/plugins/meannorm.py),
+"""A method added as docs/extending.md says: one source file (tests/plugins/meannorm.py),
 registered from a suite's `plugins:`, and this one test."""
 
 from __future__ import annotations

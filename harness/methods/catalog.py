@@ -3,7 +3,7 @@ the "module:attr" of its implementation, imported on first use (see harness/regi
 
 Importing this module imports neither torch nor transformers, so a suite is validated and planned
 without them. A new built-in method is one entry here and its implementation in its family's
-module (docs/adding_a_method.md).
+module (docs/extending.md).
 """
 
 from __future__ import annotations

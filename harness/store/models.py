@@ -51,8 +51,9 @@ class Trial(Base):
     task: Mapped[str] = mapped_column(String(200))
     seed: Mapped[int]
     """Also in `config`, which is hashed into `key` and must stay as every stored trial has it;
-    this column is what queries select and group by (a seed read out of the JSON would differ
-    by dialect and could not be indexed)."""
+    this column lets the ranking and the leaderboard read seeds without loading any config JSON
+    (`stored_outcomes`: a large board loads quickly; reading it out of the JSON would need each
+    dialect's JSON operator)."""
     sweep: Mapped[dict[str, Any]]
     config: Mapped[dict[str, Any]]
     status: Mapped[str] = mapped_column(String(20), index=True)

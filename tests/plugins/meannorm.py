@@ -1,4 +1,4 @@
-"""A suite plugin for tests: a norm type added in one file (see docs/adding_a_method.md).
+"""A suite plugin for tests: a norm type added in one file (see docs/extending.md).
 
 Mean-only normalization (Salimans & Kingma, 2016, "Weight Normalization", mean-only batch
 normalization): subtract the feature mean without rescaling, then a learnable gain and bias.
@@ -7,7 +7,7 @@ normalization): subtract the feature mean without rescaling, then a learnable ga
 from __future__ import annotations
 
 import torch
-from pydantic import PositiveFloat
+from pydantic import Field, PositiveFloat
 from torch import Tensor, nn
 
 from harness.methods.norms import NormRole
@@ -16,8 +16,7 @@ from harness.spec.schema import ParamsModel
 
 
 class MeanNormParams(ParamsModel):
-    gain_init: PositiveFloat = 1.0
-    """The gain's initial value."""
+    gain_init: PositiveFloat = Field(1.0, description="The initial value of the gain g.")
 
 
 class MeanNorm(nn.Module):
