@@ -142,7 +142,7 @@ def _sequential_findings(
     decisions: dict[int, CheckDecision] = dict(
         zip(
             tested,
-            decide(inputs, alpha, schedule.initial, schedule.step, schedule.max),
+            decide(inputs, alpha, schedule.initial, schedule.step, schedule.max, schedule.looks),
             strict=True,
         )
     )

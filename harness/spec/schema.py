@@ -416,6 +416,12 @@ class SeedSchedule(StrictModel):
     initial: int = Field(ge=2, description="Seeds every method runs first.")
     max: PositiveInt = Field(description="The most seeds a method may get.")
     step: PositiveInt = Field(1, description="Seeds added at a time to undecided comparisons.")
+    looks: Literal["planned", "unplanned"] = Field(
+        "planned",
+        description="planned: alpha is spent over the schedule's looks (O'Brien-Fleming "
+        "shares); unplanned: anytime-valid verdicts, for seeds added by hand "
+        "(docs/sequential.md).",
+    )
 
     @model_validator(mode="after")
     def max_after_initial(self) -> SeedSchedule:
