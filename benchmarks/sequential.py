@@ -34,7 +34,7 @@ import numpy as np
 from harness.claims.design import TIE_MARGIN_SD, design_claims, schedule_of, tie_rate
 from harness.spec.check import load_suite
 from harness.spec.schema import Suite
-from harness.stats.design import NULLS, Rule, null_rate, power
+from harness.stats.design import MEAN_CENTRED, NULLS, Rule, null_rate, power
 
 ROOT = Path(__file__).resolve().parents[1]
 FINDINGS = ROOT / "suites" / "findings"
@@ -65,10 +65,8 @@ def null_row(
     if family == 0:
         rates = {n: tie_rate(reps, schedule, n, rule, rng) for n in NULLS}
         return {n: (p, math.sqrt(p * (1 - p) / reps)) for n, p in rates.items()}
-    return {
-        n: null_rate(reps, schedule, family, n, rule, rng, centre)  # type: ignore[arg-type]
-        for n in NULLS
-    }
+    suffix = MEAN_CENTRED if centre == "mean" else ""
+    return {n: null_rate(reps, schedule, family, n + suffix, rule, rng) for n in NULLS}
 
 
 def bound(alpha: float, reps: int) -> float:

@@ -196,8 +196,7 @@ def _tie_outcome(
         first = check.diffs[:n]
         inside, outside = tie_look(
             n,
-            np.array((first < margin).sum()),
-            np.array((first > -margin).sum()),
+            (np.array((first < margin).sum()), np.array((first > -margin).sum())),
             (np.array(low), np.array(high)),
             alpha * float(shares[k]) if shares is not None else alpha,
             margin,
@@ -230,8 +229,14 @@ def _decision(
     power = (
         float(
             conditional_power(
-                check.kind, looks.n, looks.means[-1], looks.sds[-1], rule.max_n, level,
-                check.margin, final,
+                check.kind,
+                looks.n,
+                looks.means[-1],
+                looks.sds[-1],
+                rule.max_n,
+                level,
+                check.margin,
+                final,
             )
         )
         if looks.sizes and decided is None

@@ -76,4 +76,9 @@ def print_design(
     suite: Suite, outcomes: list[TrialOutcome], reps: int, pilot_s: float | None
 ) -> None:
     """Print `design_lines`."""
-    console.print("\n".join(design_lines(suite, outcomes, reps, pilot_s)), markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        "\n".join(design_lines(suite, outcomes, reps, pilot_s)),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )

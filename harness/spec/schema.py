@@ -374,6 +374,18 @@ class RankSpec(StrictModel):
         return self
 
 
+class PaperEffect(StrictModel):
+    """The size of the effect the paper reports (`expect[].paper_effect`): an undecided claim
+    whose interval excludes it reads "not reproduced at this scale"."""
+
+    value: PositiveFloat = Field(
+        description="The effect's size in the claimed direction: metric units, or a fraction "
+        "of the `than` method's mean when `relative`."
+    )
+    relative: bool = Field(False, description="`value` is a fraction of `than`'s mean.")
+    source: str = Field(min_length=1, description="Where the paper reports it.")
+
+
 class Claim(StrictModel):
     """A published claim the suite tests (`expect`): `method` is `direction` than `than` on
     `metric`; `recipes` are the suite's models it is checked under (verdicts in
@@ -398,6 +410,14 @@ class Claim(StrictModel):
         None,
         min_length=1,
         description="The suite's models the claim is checked under; None: every model.",
+    )
+    paper_effect: PaperEffect | None = Field(
+        None, description="The effect the paper reports, for labelling an undecided verdict."
+    )
+    scope: str = Field(
+        "",
+        description="Why the verdict may not speak to the paper at this scale (e.g. its "
+        "precondition is absent); shown with the verdict.",
     )
 
     @model_validator(mode="after")

@@ -50,6 +50,7 @@ NULLS = (
     "failure 20%",
     "failure 30%",
 )
+MEAN_CENTRED = " (mean-centred)"
 FAILURE_SIZE = 10.0
 EFFECTS = (0.5, 1.0, 1.5, 2.0, 3.0)
 FUTILITY = 0.1
@@ -126,7 +127,7 @@ def directional(
     active = np.ones((reps, claims), dtype=bool)
     sign = np.zeros((reps, claims), dtype=int)
     used = np.full((reps, claims), schedule.max)
-    final = (
+    final = float(
         t_half_factor(schedule.max, alpha * weights[-1] / claims)
         if rule.startswith("planned")
         else half_width_factor(schedule.max, alpha / claims)
@@ -178,7 +179,7 @@ def tie(x: np.ndarray, margin: float, schedule: Schedule, rule: Rule) -> np.ndar
         )
         low, high = np.maximum(low, mean - factor * sd), np.minimum(high, mean + factor * sd)
         inside, outside = tie_look(
-            n, below[:, look], above[:, look], (low, high), level, margin, rule == "planned"
+            n, (below[:, look], above[:, look]), (low, high), level, margin, rule == "planned"
         )
         outcome = np.where(outcome == 0, np.where(inside, 1, np.where(outside, -1, 0)), outcome)
     return outcome
@@ -197,11 +198,14 @@ def null_rate(
     null: str,
     rule: Rule,
     rng: np.random.Generator,
-    centre: Centre = "median",
 ) -> tuple[float, float]:
     """The family-wise false-decision rate of `family_size` null directional checks (a look at
-    every planned look: no futility stop, the worst case) and its Monte Carlo se."""
-    x = null_draws(rng, (reps, max(1, family_size), schedule.max), null, centre)
+    every planned look: no futility stop, the worst case) and its Monte Carlo se; a `null`
+    ending in `MEAN_CENTRED` is centred at the mean instead of the median."""
+    mean = null.endswith(MEAN_CENTRED)
+    centre: Centre = "mean" if mean else "median"
+    family = null.removesuffix(MEAN_CENTRED)
+    x = null_draws(rng, (reps, max(1, family_size), schedule.max), family, centre)
     found = directional(x, schedule, rule, futility=False)
     return rate((found["sign"] != 0).any(axis=1))
 

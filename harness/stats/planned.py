@@ -120,8 +120,7 @@ def t_half_factor(n: np.ndarray | int, level: np.ndarray | float) -> np.ndarray:
 
 def tie_look(
     n: np.ndarray | int,
-    below: np.ndarray,
-    above: np.ndarray,
+    counts: tuple[np.ndarray, np.ndarray],
     bounds: tuple[np.ndarray, np.ndarray],
     level: float,
     margin: float,
@@ -131,8 +130,9 @@ def tie_look(
     level) and the counts of differences below `margin` and above `-margin`: inside when the
     interval lies in (-margin, margin) and (robust) both one-sided sign tests (d < margin, d >
     -margin on most seeds) pass at `level`; outside when it lies wholly beyond a margin and the
-    sign test of that side passes."""
+    sign test of that side passes. `counts`: (below, above)."""
     low, high = bounds
+    below, above = counts
     inside = (-margin < low) & (high < margin)
     outside = (low > margin) | (high < -margin)
     if robust:
