@@ -299,3 +299,40 @@ def test_the_round_policy_runs_the_initial_seeds_then_what_each_look_asks(tmp_pa
     second = policy.trials(Round(1, trials, stored(), ran))
     assert {(t.method, t.seed) for t in second} == {(m, s) for m in "cd" for s in range(10, 15)}
     assert shown and shown[0].startswith("look 1:")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        *sorted((Path(__file__).parents[1] / "suites" / "findings").glob("*.yaml")),
+        Path(__file__).parents[1] / "suites" / "norms.yaml",
+    ],
+    ids=lambda p: p.stem,
+)
+def test_plan_design_reports_every_claim_of_every_findings_suite_and_a_suite_without_claims(
+    path: Path,
+) -> None:
+    from harness.cli.design import design_lines
+    from harness.spec.check import load_suite
+
+    suite = load_suite(path)
+    lines = design_lines(suite, [], reps=200, pilot_s=60.0)
+    assert lines[0].startswith(f"design of {suite.suite}: looks at n =")
+    claims = [line for line in lines if "false" in line and "at most" in line]
+    assert len(claims) == len(suite.expect) or (not suite.expect and claims)
+    assert all(any(f"{e:>12g}" in line for line in lines) for e in (0.5, 1, 1.5, 2, 3))
+
+
+def test_a_paper_effect_outside_the_interval_reads_not_reproduced_at_this_scale() -> None:
+    from harness.claims.verdicts import RecipeCheck
+
+    check = RecipeCheck("m", "t", 9, 0.01, -0.02, 0.04, 0.3, None, "inconclusive")
+    assert check.verdict_text == "inconclusive: rules out differences outside [-0.02, +0.04]"
+    far = replace(check, paper_effect=-0.1)
+    assert far.verdict_text == (
+        "not reproduced at this scale: the interval excludes the paper's effect (-0.1)"
+    )
+    stuck = replace(
+        check, verdict="reproduced", names=("a", "b"), at_trivial=(0, 5), finished=(6, 6)
+    )
+    assert stuck.verdict_text == "reproduced: b does not train"

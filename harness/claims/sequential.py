@@ -88,6 +88,8 @@ class SequentialCheck:
     point."""
     looks_plan: LookPlan = "planned"
     """planned: the schedule's looks with O'Brien-Fleming alpha shares; unplanned: anytime."""
+    kind: Kind = "directional"
+    """A tie's `detectable` is the narrowest margin max seeds could confirm."""
 
 
 @dataclass(frozen=True)
@@ -258,9 +260,10 @@ def _decision(
         p,
         stopped,
         power,
-        detectable_effect(sd, rule.max_n, level, final),
+        detectable_effect(sd, rule.max_n, level, final, check.kind),
         check.cpu_s,
         rule.looks,
+        check.kind,
     )
     return CheckDecision(decided, record)
 
@@ -292,7 +295,12 @@ def verdict_note(record: SequentialCheck | None) -> str:
     state = (
         f"futile at n = {record.n}" if record.stopped == "futile" else f"at max (n = {record.n})"
     )
-    return f"{state}; the smallest effect max seeds could detect: {shown}"
+    what = (
+        "the narrowest margin max seeds could confirm"
+        if record.kind == "tie"
+        else "the smallest effect max seeds could detect"
+    )
+    return f"{state}; {what}: {shown}"
 
 
 def summary(records: Sequence[SequentialCheck]) -> dict[str, object] | None:

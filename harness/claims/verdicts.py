@@ -133,7 +133,22 @@ class RecipeCheck:
             return self.excludes
         if self.excludes:
             return f"{word}: {self.excludes}"
+        if self.untrained_arm:
+            word += f": {self.untrained_arm} does not train"
         return word + (" (failures)" if self.decided_by == "failures" else "")
+
+    @property
+    def untrained_arm(self) -> str:
+        """The arm of a decided check that stays at the trivial predictor on most seeds (a
+        decision against a model that does not train, counted apart), or ""."""
+        if self.verdict not in ("reproduced", "contradicted") or self.degenerate:
+            return ""
+        stuck = [
+            name
+            for name, k, n in zip(self.names, self.at_trivial, self.finished, strict=True)
+            if n and 2 * k > n
+        ]
+        return stuck[0] if len(stuck) == 1 else ""
 
 
 @dataclass(frozen=True)

@@ -184,13 +184,16 @@ def conditional_power(
 
 
 def detectable_effect(
-    sd: float, max_n: int, level: float, factor: float | None = None
+    sd: float, max_n: int, level: float, factor: float | None = None, kind: Kind = "directional"
 ) -> float | None:
     """The smallest |difference| max seeds detect with probability about `DETECT_POWER`
-    (`factor` as in `conditional_power`)."""
+    (`factor` as in `conditional_power`); for a tie, the narrowest margin max seeds confirm
+    with that probability when the true difference is 0: |mean| + half-width < margin needs
+    the margin s (h + z_((1 + power) / 2) / sqrt(max))."""
     from scipy import stats
 
     h = float(half_width_factor(max_n, level)) if factor is None else float(factor)
     if not np.isfinite(h) or not np.isfinite(sd):
         return None
-    return float(sd * (h + float(stats.norm.ppf(DETECT_POWER)) / np.sqrt(max_n)))
+    power = (1 + DETECT_POWER) / 2 if kind == "tie" else DETECT_POWER
+    return float(sd * (h + float(stats.norm.ppf(power)) / np.sqrt(max_n)))
