@@ -335,4 +335,4 @@ def test_a_paper_effect_outside_the_interval_reads_not_reproduced_at_this_scale(
     stuck = replace(
         check, verdict="reproduced", names=("a", "b"), at_trivial=(0, 5), finished=(6, 6)
     )
-    assert stuck.verdict_text == "reproduced: b does not train"
+    assert stuck.verdict_text == "reproduced (an arm does not train)"

@@ -37,6 +37,9 @@ method against the baseline, decided either way, so its verdicts read better / w
 IMPLICIT_WORDS = {"reproduced": "better", "contradicted": "worse"}
 OUTSIDE_MARGIN = "the observed difference lies outside the margin"
 NOT_AT_SCALE = "not reproduced at this scale"
+UNTRAINED = "an arm does not train"
+"""A decided check one of whose methods stays at the trivial predictor: counted apart from
+decisions between two trained models."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ class RecipeCheck:
         if self.excludes:
             return f"{word}: {self.excludes}"
         if self.untrained_arm:
-            word += f": {self.untrained_arm} does not train"
+            word += f" ({UNTRAINED})"
         return word + (" (failures)" if self.decided_by == "failures" else "")
 
     @property
