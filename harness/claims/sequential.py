@@ -51,6 +51,8 @@ from harness.stats.planned import (
     tie_look,
 )
 from harness.stats.sequential import (
+    FUTILITY,
+    FUTILITY_FROM_LOOK,
     Kind,
     Looks,
     conditional_power,
@@ -59,10 +61,6 @@ from harness.stats.sequential import (
     look_sizes,
 )
 
-FUTILITY = 0.1
-"""Below this conditional power a check gets no further seeds..."""
-FUTILITY_FROM_LOOK = 2
-"""...from its second look on: the sd of the initial seeds alone is too noisy to give up on."""
 Stopped = Literal["decided", "futile", "max"]
 LookPlan = Literal["planned", "unplanned"]
 

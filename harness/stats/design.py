@@ -37,7 +37,14 @@ from harness.stats.planned import (
     t_p,
     tie_look,
 )
-from harness.stats.sequential import conditional_power, half_width_factor, log_mixture, look_sizes
+from harness.stats.sequential import (
+    FUTILITY,
+    FUTILITY_FROM_LOOK,
+    conditional_power,
+    half_width_factor,
+    log_mixture,
+    look_sizes,
+)
 
 Rule = Literal["planned", "anytime", "planned_t", "anytime_t"]
 Centre = Literal["median", "mean"]
@@ -53,8 +60,6 @@ NULLS = (
 MEAN_CENTRED = " (mean-centred)"
 FAILURE_SIZE = 10.0
 EFFECTS = (0.5, 1.0, 1.5, 2.0, 3.0)
-FUTILITY = 0.1
-FUTILITY_FROM_LOOK = 2
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,10 @@ aims at effects of 0.5-2 paired sd within 24 seeds; 0.01 lets a difference of ma
 that fails to train) be decided at 3 seeds, which c = 1 alone never can (its mixture stays below
 20 before n = 5). Power and seeds used: docs/sequential.md."""
 DETECT_POWER = 0.8
+FUTILITY = 0.1
+"""Below this conditional power a check gets no further seeds..."""
+FUTILITY_FROM_LOOK = 2
+"""...from its second look on: the sd of the initial seeds alone is too noisy to give up on."""
 
 Kind = Literal["directional", "tie"]
 
