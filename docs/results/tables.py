@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from harness.ranking import Cell, Section, Table
 from harness.ranking.render import table_md
-from harness.ranking.table import number, plain_columns
+from harness.ranking.table import EMPTY, number, plain_columns
 from harness.registry import METRICS
 from harness.store.db import make_engine
 from harness.store.models import LayerStatistic, Result, Trial
@@ -161,7 +161,7 @@ def findings_verdicts() -> str:
                 record = check.get("sequential") or {}
                 state = record.get("stopped") or "open"
                 low, high = check["ci_low"], check["ci_high"]
-                shown = "–" if low is None or high is None else f"[{low:+.3g}, {high:+.3g}]"
+                shown = EMPTY if low is None or high is None else f"[{low:+.3g}, {high:+.3g}]"
                 rows.append(
                     f"| {label.removeprefix('findings-').removesuffix('.json')} "
                     f"| {finding['claim']} | {check['model']} | {check['n']} "
