@@ -43,9 +43,11 @@ import numpy as np
 
 from harness.stats.paired import holm
 from harness.stats.planned import (
+    anytime_majority,
     planned_p,
     robust_p,
     sign_log_e,
+    sign_majority,
     spending_weights,
     t_half_factor,
     tie_look,
@@ -198,9 +200,10 @@ def _tie_outcome(
             n,
             (np.array((first < margin).sum()), np.array((first > -margin).sum())),
             (np.array(low), np.array(high)),
-            alpha * float(shares[k]) if shares is not None else alpha,
             margin,
-            robust=shares is not None,
+            sign_majority(alpha * float(shares[k]))
+            if shares is not None
+            else anytime_majority(alpha),
         )
         if outcome is None and bool(inside):
             outcome = "inside"

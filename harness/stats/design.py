@@ -30,8 +30,10 @@ import numpy as np
 
 from harness.stats.paired import holm
 from harness.stats.planned import (
+    anytime_majority,
     robust_p,
     sign_log_e,
+    sign_majority,
     spending_weights,
     t_half_factor,
     t_p,
@@ -183,8 +185,9 @@ def tie(x: np.ndarray, margin: float, schedule: Schedule, rule: Rule) -> np.ndar
             else half_width_factor(n, alpha)
         )
         low, high = np.maximum(low, mean - factor * sd), np.minimum(high, mean + factor * sd)
+        majority = {"planned": sign_majority(level), "anytime": anytime_majority(alpha)}
         inside, outside = tie_look(
-            n, (below[:, look], above[:, look]), (low, high), level, margin, rule == "planned"
+            n, (below[:, look], above[:, look]), (low, high), margin, majority.get(rule)
         )
         outcome = np.where(outcome == 0, np.where(inside, 1, np.where(outside, -1, 0)), outcome)
     return outcome

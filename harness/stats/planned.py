@@ -26,7 +26,7 @@ Ties (zero differences) carry no sign and are dropped, as in the exact sign test
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -118,25 +118,52 @@ def t_half_factor(n: np.ndarray | int, level: np.ndarray | float) -> np.ndarray:
     return np.asarray(np.where(n >= 2, h, np.inf), dtype=float)
 
 
+Majority = Callable[[np.ndarray, np.ndarray | int], np.ndarray]
+"""Whether k of n seeds show that most seeds lie on one side (one-sided, at some level)."""
+
+
+def sign_majority(level: float) -> Majority:
+    """The one-sided exact sign test at a fixed look, at `level`."""
+    return lambda k, n: np.asarray(sign_above_p(k, n) <= level)
+
+
+def anytime_majority(alpha: float) -> Majority:
+    """The one-sided sign e-process (`sign_above_log_e`) reaching 1/alpha: valid at any look."""
+    return lambda k, n: np.asarray(sign_above_log_e(k, n) >= np.log(1.0 / alpha))
+
+
+def sign_above_log_e(above: np.ndarray | int, total: np.ndarray | int) -> np.ndarray:
+    """log of the one-sided sign e-process against P(positive) <= 1/2: the uniform mixture over
+    q in [1/2, 1] of the likelihood ratios (2q)^k (2(1 - q))^(n - k), each a supermartingale
+    under any p <= 1/2, so their mixture is one: 2^(n + 1) B(k + 1, n - k + 1) P(Beta(k + 1,
+    n - k + 1) > 1/2)."""
+    from scipy.special import betainc, betaln
+
+    k, n = np.asarray(above, dtype=float), np.asarray(total, dtype=float)
+    upper = 1.0 - betainc(k + 1.0, n - k + 1.0, 0.5)
+    with np.errstate(divide="ignore"):
+        return np.asarray(
+            (n + 1.0) * np.log(2.0) + betaln(k + 1.0, n - k + 1.0) + np.log(upper), dtype=float
+        )
+
+
 def tie_look(
     n: np.ndarray | int,
     counts: tuple[np.ndarray, np.ndarray],
     bounds: tuple[np.ndarray, np.ndarray],
-    level: float,
     margin: float,
-    robust: bool = True,
+    majority: Majority | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(inside, outside) of a tie at one look from its running interval `bounds` (each side at
-    level) and the counts of differences below `margin` and above `-margin`: inside when the
-    interval lies in (-margin, margin) and (robust) both one-sided sign tests (d < margin, d >
-    -margin on most seeds) pass at `level`; outside when it lies wholly beyond a margin and the
-    sign test of that side passes. `counts`: (below, above)."""
+    """(inside, outside) of a tie at one look from its running interval `bounds` and the
+    counts (below, above) of differences below `margin` and above `-margin`: inside when the
+    interval lies in (-margin, margin) and (`majority` given) most seeds are shown to lie below
+    margin and above -margin; outside when it lies wholly beyond a margin and most seeds are
+    shown beyond it."""
     low, high = bounds
     below, above = counts
     inside = (-margin < low) & (high < margin)
     outside = (low > margin) | (high < -margin)
-    if robust:
-        inside &= (sign_above_p(below, n) <= level) & (sign_above_p(above, n) <= level)
-        beyond = np.where(low > margin, n - below, n - above)
-        outside &= sign_above_p(beyond, n) <= level
+    if majority is not None:
+        inside &= majority(below, n) & majority(above, n)
+        outside &= majority(np.where(low > margin, n - below, n - above), n)
     return np.asarray(inside), np.asarray(outside)
