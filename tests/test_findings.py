@@ -421,7 +421,7 @@ def test_one_method_at_the_trivial_predictor_keeps_the_verdict_annotated(tmp_pat
     note = "post-ln stays at the trivial predictor on 5 of 5 seeds"
     assert worse["checks"][0]["annotation"] == note
     markdown = invoke("rank", str(suite), "--format", "md").output
-    assert f"reproduced; {note}" in markdown
+    assert f"reproduced (an arm does not train); {note}" in markdown
 
 
 def record_claims(suite: Path) -> None:

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow  # real trials
 
 SUITE = """\
 suite: sequential
-seeds: {{initial: 3, max: 12, step: 3}}
+seeds: {{initial: 10, max: 20, step: 5}}
 defaults:
   time_limit_s: 120
   # enough steps for `trains` to beat the unigram loss: below it a claim is not tested
@@ -78,16 +78,16 @@ def test_a_claim_decided_at_the_initial_seeds_stops_there(tmp_path: Path, db: st
         "- {method: trains, than: frozen, direction: better, source: test}",
     )
     plan = layerbench("plan", str(suite), "--db", db)
-    assert "6 initial trials (seeds 0-2)" in plan.output and "at most 24 trials" in plan.output
+    assert "20 initial trials (seeds 0-9)" in plan.output and "at most 40 trials" in plan.output
     ran = layerbench("run", str(suite), "--db", db, "--no-mlflow")
-    assert "6 trials, 0 stored, 6 to run (sequential seeds: at most 24 trials)" in ran.output
+    assert "20 trials, 0 stored, 20 to run (sequential seeds: at most 40 trials)" in ran.output
     assert "look 1:" in ran.output and "(decided)" in ran.output
-    assert stored_seeds(db) == {"trains": {0, 1, 2}, "frozen": {0, 1, 2}}
+    assert stored_seeds(db) == {"trains": set(range(10)), "frozen": set(range(10))}
     ranked = json.loads(layerbench("rank", str(suite), "--db", db, "--format", "json").stdout)
     (check,) = ranked["findings"][0]["checks"]
     assert ranked["findings"][0]["verdict"] == "reproduced"
     record = check["sequential"]
-    assert (record["n"], record["looks"], record["stopped"]) == (3, 1, "decided")
+    assert (record["n"], record["looks"], record["stopped"]) == (10, 1, "decided")
     assert record["cpu_s"] > 0 and record["interval"][1] < 0
 
 
@@ -102,8 +102,8 @@ def test_an_undecided_claim_adds_seeds_only_to_its_two_methods(tmp_path: Path, d
     ran = layerbench("run", str(suite), "--db", db, "--no-mlflow")
     assert "look 2:" in ran.output
     seeds = stored_seeds(db)
-    assert seeds["frozen"] == {0, 1, 2}
-    assert seeds["trains"] == seeds["twin"] == set(range(6))  # futile at the second look
+    assert seeds["frozen"] == set(range(10))
+    assert seeds["trains"] == seeds["twin"] == set(range(15))  # futile at the second look
     ranked = json.loads(layerbench("rank", str(suite), "--db", db, "--format", "json").stdout)
     clear, undecided = ranked["findings"]
     assert clear["verdict"] == "reproduced"

@@ -14,6 +14,12 @@ seeds.
 
 All are `harness.ranking.Table`s rendered by `harness.ranking.render.table_md`, the renderer
 of `layerbench rank --format md`.
+
+    python docs/results/tables.py --findings-verdicts
+
+prints the verdict of every claim x recipe of suites/findings/ under the current rule, ranked
+from the committed databases in docs/results/data/ (docs/results/findings.md, "Verdicts under
+the current rule"), with the decisions against an arm that does not train counted apart.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from harness.ranking import Cell, Section, Table
 from harness.ranking.render import table_md
-from harness.ranking.table import number, plain_columns
+from harness.ranking.table import EMPTY, number, plain_columns
 from harness.registry import METRICS
 from harness.store.db import make_engine
 from harness.store.models import LayerStatistic, Result, Trial
@@ -140,10 +146,46 @@ def _point(point: float, mean: float | None, found: list[float | None], best: bo
     return f"{point:g}: " + (f"**{shown}**" if best else shown)
 
 
+def findings_verdicts() -> str:
+    """The markdown table of every findings claim x recipe (module doc), with counts."""
+    import json
+
+    from benchmarks.rank_snapshot import outputs
+
+    rows, counts = [], defaultdict(int)
+    for label, text in sorted(outputs().items()):
+        if not (label.startswith("findings-") and label.endswith(".json")):
+            continue
+        for finding in json.loads(text.split("\n", 1)[1])["findings"]:
+            for check in finding["checks"]:
+                record = check.get("sequential") or {}
+                state = record.get("stopped") or "open"
+                low, high = check["ci_low"], check["ci_high"]
+                shown = EMPTY if low is None or high is None else f"[{low:+.3g}, {high:+.3g}]"
+                rows.append(
+                    f"| {label.removeprefix('findings-').removesuffix('.json')} "
+                    f"| {finding['claim']} | {check['model']} | {check['n']} "
+                    f"| {check['signs'][0]}/{check['signs'][1]} | {shown} | {state} "
+                    f"| {check['verdict_text']} |"
+                )
+                kind = check["verdict"]
+                if "an arm does not train" in check["verdict_text"]:
+                    kind += " (an arm does not train)"
+                counts[kind] += 1
+    head = [
+        "| suite | claim | recipe | seeds | signs (+/-) | interval of the mean | seeds state "
+        "| verdict |",
+        "|---|---|---|---:|---|---|---|---|",
+    ]
+    total = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+    return "\n".join([*head, *rows, "", f"{sum(counts.values())} checks: {total}"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", required=True)
-    parser.add_argument("--suite", required=True)
+    parser.add_argument("--findings-verdicts", action="store_true")
+    parser.add_argument("--db")
+    parser.add_argument("--suite")
     parser.add_argument("--metric", help="required except with --layers")
     parser.add_argument("--by")
     parser.add_argument("--methods", nargs="+")
@@ -152,7 +194,11 @@ def main() -> None:
     parser.add_argument("--task")
     parser.add_argument("--model")
     args = parser.parse_args()
-    if args.layers and args.task and args.model and args.methods:
+    if args.findings_verdicts:
+        print(findings_verdicts())
+    elif not (args.db and args.suite):
+        parser.error("--db and --suite are required except with --findings-verdicts")
+    elif args.layers and args.task and args.model and args.methods:
         layers = layer_table(args.db, args.suite, args.layers, args.task, args.model, args.methods)
         print(table_md(layers))
     elif not args.metric:

@@ -142,7 +142,7 @@ def _sequential_findings(
     decisions: dict[int, CheckDecision] = dict(
         zip(
             tested,
-            decide(inputs, alpha, schedule.initial, schedule.step, schedule.max),
+            decide(inputs, alpha, schedule.initial, schedule.step, schedule.max, schedule.looks),
             strict=True,
         )
     )
@@ -283,7 +283,19 @@ def _pending(
         at_trivial=(int(at[0]), int(at[1])),
         finished=(int(finished[0].sum()), int(finished[1].sum())),
         names=(claim.method, than),
+        paper_effect=_paper_difference(claim, direction, pair.values[j]),
     )
+
+
+def _paper_difference(claim: Claim, direction: Direction, than: np.ndarray) -> float | None:
+    """The paper's effect as a difference method - than in the metric's units (the claimed
+    direction's sign; a relative effect times `than`'s mean), or None."""
+    effect = claim.paper_effect
+    if effect is None or claim.direction == "tie" or not np.isfinite(np.nanmean(than)):
+        return None
+    size = effect.value * (abs(float(np.nanmean(than))) if effect.relative else 1.0)
+    claimed = 1 if claim.direction == "better" else -1
+    return float(claimed * direction.sign(1.0) * size)
 
 
 def _finding(
@@ -306,4 +318,5 @@ def _finding(
         checks,
         verdict,
         differs,
+        claim.scope,
     )

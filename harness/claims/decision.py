@@ -44,6 +44,7 @@ class PairedCheck:
     finished: tuple[int, int]
     names: tuple[str, str]
     cpu_s: float = 0.0  # wall seconds of both methods' trials of this recipe, every sweep point
+    paper_effect: float | None = None  # the paper's effect as a difference (method - than)
 
     @property
     def degenerate(self) -> bool:
@@ -151,6 +152,7 @@ def decide_check(
         needed_note=note,
         names=check.names,
         implicit=claim.source == IMPLICIT_SOURCE,
+        paper_effect=check.paper_effect,
         sequential=sequential.record if sequential is not None else None,
     )
 

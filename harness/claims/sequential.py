@@ -1,24 +1,36 @@
 """The sequential decision of a suite's claims (`seeds: {initial, max, step}`,
-docs/sequential.md): anytime-valid verdicts on paired differences, futility, and the record of
-each check, from the confidence sequences of `harness.stats.sequential`.
+docs/sequential.md): verdicts on paired differences over the looks, futility, and the record of
+each check, from `harness.stats.planned` and `harness.stats.sequential`.
 
-Verdicts per (claim, recipe), at the looks n = initial, initial + step, ..., max:
+The estimand of a directional claim is "the method is better on most seeds" (P(win) > 1/2),
+and its error control holds for any distribution of the differences (skewed, heavy-tailed,
+methods that fail on some seeds): a check is decided only where the paired t-test and the exact
+sign test agree (the sign test alone carries the guarantee; the t-test, valid for the mean under
+normality, keeps a decision from resting on signs alone). Per (claim, recipe):
 
-- directional (`better` / `worse`): the anytime p-values of 0 of the suite's directional checks
-  are Holm-adjusted together (Holm, 1979: valid for any valid p-values, and these are valid at
-  any stopping time); adjusted p < alpha decides the sign: **reproduced** or **contradicted**.
-  The interval shown is the confidence sequence at alpha / m (m = the directional checks; a
-  Bonferroni-level simultaneous interval: it excludes 0 only where the claim is decided);
-- `tie` (the sequential analogue of two one-sided tests): the confidence sequence at alpha
-  (each side's miss probability is at most alpha) **reproduced** when it lies inside (-margin,
-  margin), **contradicted** when it lies wholly above margin or below -margin; a tie whose true
-  difference equals the margin is called reproduced at most alpha of the time;
+- planned looks (a schedule's default, `looks: planned`): look k of the schedule's n = initial,
+  initial + step, ..., max gets the O'Brien-Fleming share w_k of alpha (Lan & DeMets, 1983) as a
+  weighted Bonferroni split; the check's p-value is min_k max(p_t, p_sign)_k / w_k;
+- unplanned looks (`looks: unplanned`, seeds added by hand): the anytime t-mixture confidence
+  sequence (Lai, 1976; Wang & Ramdas, 2023) and the sign e-process must both reach 1/alpha;
+- directional (`better` / `worse`): the p-values of the suite's directional checks are
+  Holm-adjusted together; adjusted p < alpha decides the sign: **reproduced** or
+  **contradicted**. The interval shown is the mean difference's at alpha / m (m = directional
+  checks; the running intersection of the looks' t intervals at alpha w_k / m, or the
+  confidence sequence at alpha / m for unplanned looks);
+- `tie` (two one-sided tests): the interval at each look (each side at alpha w_k, or the
+  confidence sequence at alpha) inside (-margin, margin) and, for planned looks, both one-sided
+  sign tests (d < margin and d > -margin on most seeds) at alpha w_k: **reproduced**; wholly
+  beyond a margin with its sign test: **contradicted**;
 - futility: a check not yet decided stops when its conditional power is below `FUTILITY`: the
   probability, under the current mean and sd as the truth, that the interval at `max` seeds
-  decides (normal approximation of the remaining seeds' mean), from its second look on. Stopping
-  for futility never decides anything, so it cannot raise the error rates. The smallest effect
-  `max` seeds could detect is s * (h(max) + z_0.8 / sqrt(max)): the effect at which the interval
-  at max excludes 0 with probability about 0.8.
+  decides (normal approximation of the remaining seeds' mean), from its second look on.
+  Stopping for futility never decides anything, so it cannot raise the error rates. The
+  smallest effect `max` seeds could detect is s * (h(max) + z_0.8 / sqrt(max)), h(max) the
+  final look's half-width in sds.
+
+Error rates and power at every findings suite's schedule: `benchmarks/sequential.py
+--design-tables`, `layerbench plan SUITE --design`.
 """
 
 from __future__ import annotations
@@ -30,13 +42,29 @@ from typing import Literal
 import numpy as np
 
 from harness.stats.paired import holm
-from harness.stats.sequential import Kind, Looks, conditional_power, detectable_effect
+from harness.stats.planned import (
+    anytime_majority,
+    planned_p,
+    robust_p,
+    sign_log_e,
+    sign_majority,
+    spending_weights,
+    t_half_factor,
+    tie_look,
+)
+from harness.stats.sequential import (
+    FUTILITY,
+    FUTILITY_FROM_LOOK,
+    Kind,
+    Looks,
+    conditional_power,
+    detectable_effect,
+    half_width_factor,
+    look_sizes,
+)
 
-FUTILITY = 0.1
-"""Below this conditional power a check gets no further seeds..."""
-FUTILITY_FROM_LOOK = 2
-"""...from its second look on: the sd of the initial seeds alone is too noisy to give up on."""
 Stopped = Literal["decided", "futile", "max"]
+LookPlan = Literal["planned", "unplanned"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +77,7 @@ class SequentialCheck:
     """The level of `interval` (alpha / m for a directional check, alpha for a tie)."""
     interval: tuple[float | None, float | None]
     p_anytime: float | None
-    """Holm-adjusted anytime-valid p-value of 0 (directional checks)."""
+    """Holm-adjusted p-value of 0 (directional checks; planned or anytime-valid, module doc)."""
     stopped: Stopped | None
     """decided, futile, max, or None while seeds may still be added."""
     conditional_power: float | None
@@ -58,6 +86,10 @@ class SequentialCheck:
     cpu_s: float = 0.0
     """Wall seconds of the two methods' trials of this recipe (one worker each), every sweep
     point."""
+    looks_plan: LookPlan = "planned"
+    """planned: the schedule's looks with O'Brien-Fleming alpha shares; unplanned: anytime."""
+    kind: Kind = "directional"
+    """A tie's `detectable` is the narrowest margin max seeds could confirm."""
 
 
 @dataclass(frozen=True)
@@ -85,38 +117,129 @@ class CheckDecision:
 
 
 def decide(
-    checks: Sequence[CheckInput], alpha: float, initial: int, step: int, max_n: int
+    checks: Sequence[CheckInput],
+    alpha: float,
+    initial: int,
+    step: int,
+    max_n: int,
+    looks: LookPlan = "planned",
 ) -> list[CheckDecision]:
     """The sequential verdicts of a suite's checks together (Holm over the directional ones)."""
-    looks = [Looks.of(c.diffs, initial, step) for c in checks]
+    observed = [Looks.of(c.diffs, initial, step) for c in checks]
+    rule = Rule(looks, spending_weights(look_sizes(max_n, initial, step), max_n, alpha), max_n)
     directional = [i for i, c in enumerate(checks) if c.kind == "directional"]
-    raw = [looks[i].anytime_p() for i in directional]
+    raw = [rule.p(observed[i]) for i in directional]
     adjusted = dict(zip(directional, map(float, holm(raw)), strict=True)) if raw else {}
     m = max(1, len(directional))
     return [
-        _decision(check, look, adjusted.get(i), alpha, alpha / m, max_n)
-        for i, (check, look) in enumerate(zip(checks, looks, strict=True))
+        _decision(check, look, adjusted.get(i), alpha, alpha / m, rule)
+        for i, (check, look) in enumerate(zip(checks, observed, strict=True))
     ]
 
 
+@dataclass(frozen=True)
+class Rule:
+    """The decision rule of a schedule (module doc): planned looks with their alpha shares, or
+    anytime-valid looks."""
+
+    looks: LookPlan
+    weights: np.ndarray
+    max_n: int
+
+    def shares(self, count: int) -> np.ndarray:
+        """The alpha shares of the first `count` looks (0 past the planned ones)."""
+        padded = np.concatenate([self.weights, np.zeros(max(0, count - self.weights.size))])
+        return padded[:count]
+
+    def p(self, looks: Looks) -> float:
+        """The check's p-value of 0: t and sign must agree (`harness.stats.planned`)."""
+        if not looks.sizes:
+            return 1.0
+        if self.looks == "planned":
+            sizes = np.array(looks.sizes)
+            per_look = robust_p(sizes, looks.means, looks.sds, looks.wins, looks.losses)
+            return float(planned_p(per_look, self.shares(sizes.size)))
+        wins, losses = looks.wins[-1], looks.losses[-1]
+        if np.sign(looks.means[-1]) != np.sign(wins - losses):
+            return 1.0
+        sign = float(min(1.0, np.exp(-np.max(sign_log_e(looks.wins, looks.losses)))))
+        return max(looks.anytime_p(), sign)
+
+    def factors(self, looks: Looks, level: float, tie: bool) -> np.ndarray:
+        """Half-widths in sds of the check's interval at each look (each side at `level` for
+        a tie, two-sided `level` otherwise)."""
+        sizes = np.array(looks.sizes)
+        if self.looks == "unplanned":
+            return half_width_factor(sizes, level)
+        return t_half_factor(sizes, (2 if tie else 1) * level * self.shares(sizes.size))
+
+    def final_factor(self, level: float, tie: bool) -> float:
+        """The half-width factor at `max_n` (conditional power and detectable effects)."""
+        if self.looks == "unplanned":
+            return float(half_width_factor(self.max_n, level))
+        share = float(self.weights[-1]) if self.weights.size else 1.0
+        return float(t_half_factor(self.max_n, (2 if tie else 1) * level * share))
+
+
+def _tie_outcome(
+    check: CheckInput, looks: Looks, rule: Rule, alpha: float
+) -> tuple[Outcome | None, tuple[float, float]]:
+    """A tie's outcome and its running interval: per look (`harness.stats.planned.tie_look`),
+    the first look that decides."""
+    margin = check.margin or 0.0
+    factors = rule.factors(looks, alpha, tie=True)
+    shares = rule.shares(len(looks.sizes)) if rule.looks == "planned" else None
+    low, high = -np.inf, np.inf
+    outcome: Outcome | None = None
+    for k, n in enumerate(looks.sizes):
+        sd = float(np.nan_to_num(looks.sds[k], nan=0.0))
+        half = factors[k] * sd if np.isfinite(factors[k]) else np.inf
+        low, high = max(low, looks.means[k] - half), min(high, looks.means[k] + half)
+        first = check.diffs[:n]
+        inside, outside = tie_look(
+            n,
+            (np.array((first < margin).sum()), np.array((first > -margin).sum())),
+            (np.array(low), np.array(high)),
+            margin,
+            sign_majority(alpha * float(shares[k]))
+            if shares is not None
+            else anytime_majority(alpha),
+        )
+        if outcome is None and bool(inside):
+            outcome = "inside"
+        elif outcome is None and bool(outside):
+            outcome = "outside"
+    return outcome, (low, high)
+
+
 def _decision(
-    check: CheckInput, looks: Looks, p: float | None, alpha: float, each: float, max_n: int
+    check: CheckInput, looks: Looks, p: float | None, alpha: float, each: float, rule: Rule
 ) -> CheckDecision:
-    level = alpha if check.kind == "tie" else each
-    low, high = looks.interval(level)
+    tie = check.kind == "tie"
+    level = alpha if tie else each
     decided: Outcome | None = None
-    if check.kind == "tie" and looks.sizes:
-        margin = check.margin or 0.0
-        if -margin < low and high < margin:
-            decided = "inside"
-        elif low > margin or high < -margin:
-            decided = "outside"
-    elif p is not None and p < alpha and looks.sizes:
-        decided = "positive" if looks.means[-1] > 0 else "negative"
+    if tie and looks.sizes:
+        decided, (low, high) = _tie_outcome(check, looks, rule, alpha)
+    else:
+        low, high = (
+            looks.intersection(rule.factors(looks, level, tie=False))
+            if looks.sizes
+            else (-np.inf, np.inf)
+        )
+        if p is not None and p < alpha and looks.sizes:
+            decided = "positive" if looks.means[-1] > 0 else "negative"
+    final = rule.final_factor(level, tie)
     power = (
         float(
             conditional_power(
-                check.kind, looks.n, looks.means[-1], looks.sds[-1], max_n, level, check.margin
+                check.kind,
+                looks.n,
+                looks.means[-1],
+                looks.sds[-1],
+                rule.max_n,
+                level,
+                check.margin,
+                final,
             )
         )
         if looks.sizes and decided is None
@@ -125,7 +248,7 @@ def _decision(
     stopped: Stopped | None = None
     if decided is not None:
         stopped = "decided"
-    elif looks.n >= max_n:
+    elif looks.n >= rule.max_n:
         stopped = "max"
     elif power is not None and power < FUTILITY and len(looks.sizes) >= FUTILITY_FROM_LOOK:
         stopped = "futile"
@@ -138,8 +261,10 @@ def _decision(
         p,
         stopped,
         power,
-        detectable_effect(sd, max_n, level),
+        detectable_effect(sd, rule.max_n, level, final, check.kind),
         check.cpu_s,
+        rule.looks,
+        check.kind,
     )
     return CheckDecision(decided, record)
 
@@ -171,7 +296,12 @@ def verdict_note(record: SequentialCheck | None) -> str:
     state = (
         f"futile at n = {record.n}" if record.stopped == "futile" else f"at max (n = {record.n})"
     )
-    return f"{state}; the smallest effect max seeds could detect: {shown}"
+    what = (
+        "the narrowest margin max seeds could confirm"
+        if record.kind == "tie"
+        else "the smallest effect max seeds could detect"
+    )
+    return f"{state}; {what}: {shown}"
 
 
 def summary(records: Sequence[SequentialCheck]) -> dict[str, object] | None:
@@ -189,7 +319,8 @@ def summary(records: Sequence[SequentialCheck]) -> dict[str, object] | None:
 
 
 SEQUENTIAL_HEADER = (
-    "sequential seeds: anytime-valid t confidence sequences (Lai, 1976; Wang & Ramdas, 2023), "
-    "Holm over the directional claims' anytime p-values, intervals at alpha / (directional "
-    "checks), ties at alpha; docs/sequential.md"
+    "sequential seeds: t-test and exact sign test must agree, alpha spent over the planned "
+    "looks (O'Brien-Fleming shares; anytime-valid t and sign e-processes for unplanned looks), "
+    "Holm over the directional claims, intervals at alpha / (directional checks), ties at "
+    "alpha; docs/sequential.md"
 )

@@ -24,6 +24,7 @@ ClaimVerdict = Literal[
     "inconclusive",
     "flipped",
     "recipe-dependent",
+    "compatible",
     "not tested",
     "no data",
 ]
@@ -35,6 +36,10 @@ IMPLICIT_SOURCE = "each method against the baseline (sequential seeds, no `expec
 method against the baseline, decided either way, so its verdicts read better / worse."""
 IMPLICIT_WORDS = {"reproduced": "better", "contradicted": "worse"}
 OUTSIDE_MARGIN = "the observed difference lies outside the margin"
+NOT_AT_SCALE = "not reproduced at this scale"
+UNTRAINED = "an arm does not train"
+"""A decided check one of whose methods stays at the trivial predictor: counted apart from
+decisions between two trained models."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,27 @@ class RecipeCheck:
     implicit: bool = False
     """A comparison with the baseline, not a claim (`IMPLICIT_SOURCE`): verdicts read
     better / worse."""
+    paper_effect: float | None = None
+    """The paper's effect as a difference method - than (`expect[].paper_effect`)."""
+
+    @property
+    def excludes(self) -> str:
+        """What an undecided check's interval rules out: "not reproduced at this scale: the
+        interval excludes the paper's effect (-0.05)", or "rules out differences outside
+        [-0.01, +0.02]"; empty when decided or without an interval."""
+        low, high = self.ci_low, self.ci_high
+        if self.verdict != "inconclusive" or low is None or high is None:
+            return ""
+        effect = self.paper_effect
+        if effect is not None and not low <= effect <= high:
+            return f"{NOT_AT_SCALE}: the interval excludes the paper's effect ({effect:+.3g})"
+        shown = f"[{low:+.3g}, {high:+.3g}]"
+        if low > 0 or high < 0:
+            return (
+                f"the mean's interval {shown} excludes 0, the sign test "
+                f"({self.signs[0]}/{self.signs[1]}) does not decide yet: more seeds of one sign"
+            )
+        return f"rules out differences outside {shown}"
 
     @property
     def degenerate(self) -> bool:
@@ -106,7 +132,26 @@ class RecipeCheck:
         if self.degenerate:
             return f"{NOT_TESTED} ({DEGENERATE})"
         word = IMPLICIT_WORDS.get(self.verdict, self.verdict) if self.implicit else self.verdict
+        if self.excludes.startswith(NOT_AT_SCALE):
+            return self.excludes
+        if self.excludes:
+            return f"{word}: {self.excludes}"
+        if self.untrained_arm:
+            word += f" ({UNTRAINED})"
         return word + (" (failures)" if self.decided_by == "failures" else "")
+
+    @property
+    def untrained_arm(self) -> str:
+        """The arm of a decided check that stays at the trivial predictor on most seeds (a
+        decision against a model that does not train, counted apart), or ""."""
+        if self.verdict not in ("reproduced", "contradicted") or self.degenerate:
+            return ""
+        stuck = [
+            name
+            for name, k, n in zip(self.names, self.at_trivial, self.finished, strict=True)
+            if n and 2 * k > n
+        ]
+        return stuck[0] if len(stuck) == 1 else ""
 
 
 @dataclass(frozen=True)
@@ -125,6 +170,8 @@ class Finding:
     verdict: ClaimVerdict
     differs_on: list[str] = field(default_factory=list)
     """Recipes whose verdict differs from the first tested recipe's."""
+    scope: str = ""
+    """The claim's `scope:` note, shown with the verdict."""
 
     @property
     def implicit(self) -> bool:
@@ -158,9 +205,28 @@ class Finding:
             text = f"flipped (significant the other way on {', '.join(self.differs_on)})"
         elif self.verdict == "recipe-dependent":
             text = f"recipe-dependent (differs on {', '.join(self.differs_on)})"
+        elif self.verdict == "compatible":
+            text = self._compatible_text()
+        elif self.verdict == "inconclusive":
+            text = "; ".join(
+                f"{c.verdict_text} ({recipe_label(c, self.checks)})"
+                for c in self.checks
+                if not c.degenerate
+            )
         if untested := self.untested_on:
             text += f"; not tested on {', '.join(untested)} (degenerate)"
+        if self.scope:
+            text += f"; scope: {self.scope}"
         return text
+
+    def _compatible_text(self) -> str:
+        """ "reproduced in A, undecided in B (compatible: the intervals overlap)"."""
+        tested = [c for c in self.checks if not c.degenerate]
+        decided = [c for c in tested if c.verdict in ("reproduced", "contradicted")]
+        word = decided[0].verdict if decided else "decided"
+        where = ", ".join(recipe_label(c, self.checks) for c in decided)
+        open_ = ", ".join(recipe_label(c, self.checks) for c in tested if c not in decided)
+        return f"{word} in {where}, undecided in {open_} (compatible: the intervals overlap)"
 
     def to_dict(self) -> dict[str, Any]:
         checks = [
@@ -206,8 +272,16 @@ def claim_verdict(checks: Sequence[RecipeCheck]) -> tuple[ClaimVerdict, list[str
     if {"reproduced", "contradicted"} <= found:
         return "flipped", differs
     if len(found) > 1:
-        return "recipe-dependent", differs
+        return ("recipe-dependent" if _intervals_disjoint(tested) else "compatible"), differs
     return first, []
+
+
+def _intervals_disjoint(checks: Sequence[RecipeCheck]) -> bool:
+    """Some two recipes' intervals do not overlap: evidence that the recipes differ (else a
+    verdict decided in one and not in another is compatible with one effect)."""
+    bounds = [(c.ci_low, c.ci_high) for c in checks]
+    known = [(lo, hi) for lo, hi in bounds if lo is not None and hi is not None]
+    return bool(known) and max(lo for lo, _ in known) > min(hi for _, hi in known)
 
 
 def recipe_label(check: RecipeCheck, checks: Sequence[RecipeCheck]) -> str:

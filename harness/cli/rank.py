@@ -27,17 +27,39 @@ TUNING_RULES = {
 
 
 @app.command()
-def plan(suite_path: SuiteArg, db: DbOption = None) -> None:
+def plan(
+    suite_path: SuiteArg,
+    db: DbOption = None,
+    design: Annotated[
+        bool,
+        typer.Option(
+            "--design",
+            help="Print per claim the schedule's false-decision rate, power, expected seeds "
+            "and CPU-minutes (simulation; docs/sequential.md) instead of the trials.",
+        ),
+    ] = False,
+    reps: Annotated[int, typer.Option(help="Simulated families per row (--design).")] = 2000,
+    pilot_s: Annotated[
+        float | None,
+        typer.Option(help="Seconds a trial takes (--design; default: the stored trials')."),
+    ] = None,
+) -> None:
     """Print the suite's trials (every sweep point), which are stored, their value of the ranking
-    metric, and (*) the sweep points that `rank` reports (`rank.tuning`)."""
+    metric, and (*) the sweep points that `rank` reports (`rank.tuning`); with --design, the
+    operating characteristics of its seed schedule."""
     from harness.spec.plan import plan_suite
     from harness.store.queries import stored_outcomes, trial_statuses
 
     suite = load(suite_path)
     trials, metric = plan_suite(suite), suite.rank.metric
     engine = open_db(db)
-    statuses: dict[str, str] = dict(trial_statuses(engine, [t.key for t in trials]))
     stored = {o.key: o for o in stored_outcomes(engine, [t.key for t in trials], suite=suite.suite)}
+    if design:
+        from harness.cli.design import print_design
+
+        print_design(suite, list(stored.values()), reps, pilot_s)
+        return
+    statuses: dict[str, str] = dict(trial_statuses(engine, [t.key for t in trials]))
     if suite.schedule is not None:
         from harness.service.rounds import unneeded_trials
 

@@ -31,6 +31,7 @@ VERDICT_STYLES = {
     "contradicted": "red",
     "flipped": "yellow",
     "recipe-dependent": "yellow",
+    "compatible": "yellow",
     "not tested": "dim",
 }
 

@@ -374,6 +374,18 @@ class RankSpec(StrictModel):
         return self
 
 
+class PaperEffect(StrictModel):
+    """The size of the effect the paper reports (`expect[].paper_effect`): an undecided claim
+    whose interval excludes it reads "not reproduced at this scale"."""
+
+    value: PositiveFloat = Field(
+        description="The effect's size in the claimed direction: metric units, or a fraction "
+        "of the `than` method's mean when `relative`."
+    )
+    relative: bool = Field(False, description="`value` is a fraction of `than`'s mean.")
+    source: str = Field(min_length=1, description="Where the paper reports it.")
+
+
 class Claim(StrictModel):
     """A published claim the suite tests (`expect`): `method` is `direction` than `than` on
     `metric`; `recipes` are the suite's models it is checked under (verdicts in
@@ -399,6 +411,14 @@ class Claim(StrictModel):
         min_length=1,
         description="The suite's models the claim is checked under; None: every model.",
     )
+    paper_effect: PaperEffect | None = Field(
+        None, description="The effect the paper reports, for labelling an undecided verdict."
+    )
+    scope: str = Field(
+        "",
+        description="Why the verdict may not speak to the paper at this scale (e.g. its "
+        "precondition is absent); shown with the verdict.",
+    )
 
     @model_validator(mode="after")
     def tie_needs_margin(self) -> Claim:
@@ -416,6 +436,12 @@ class SeedSchedule(StrictModel):
     initial: int = Field(ge=2, description="Seeds every method runs first.")
     max: PositiveInt = Field(description="The most seeds a method may get.")
     step: PositiveInt = Field(1, description="Seeds added at a time to undecided comparisons.")
+    looks: Literal["planned", "unplanned"] = Field(
+        "planned",
+        description="planned: alpha is spent over the schedule's looks (O'Brien-Fleming "
+        "shares); unplanned: anytime-valid verdicts, for seeds added by hand "
+        "(docs/sequential.md).",
+    )
 
     @model_validator(mode="after")
     def max_after_initial(self) -> SeedSchedule:

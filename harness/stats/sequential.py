@@ -44,6 +44,10 @@ aims at effects of 0.5-2 paired sd within 24 seeds; 0.01 lets a difference of ma
 that fails to train) be decided at 3 seeds, which c = 1 alone never can (its mixture stays below
 20 before n = 5). Power and seeds used: docs/sequential.md."""
 DETECT_POWER = 0.8
+FUTILITY = 0.1
+"""Below this conditional power a check gets no further seeds..."""
+FUTILITY_FROM_LOOK = 2
+"""...from its second look on: the sd of the initial seeds alone is too noisy to give up on."""
 
 Kind = Literal["directional", "tie"]
 
@@ -114,13 +118,17 @@ class Looks:
     sizes: list[int]
     means: np.ndarray
     sds: np.ndarray
+    wins: np.ndarray
+    losses: np.ndarray
 
     @classmethod
     def of(cls, diffs: np.ndarray, initial: int, step: int) -> Looks:
         sizes = look_sizes(diffs.size, initial, step)
         means = np.array([diffs[:k].mean() for k in sizes])
         sds = np.array([diffs[:k].std(ddof=1) if k >= 2 else np.nan for k in sizes])
-        return cls(sizes, means, sds)
+        wins = np.array([int((diffs[:k] > 0).sum()) for k in sizes], dtype=int)
+        losses = np.array([int((diffs[:k] < 0).sum()) for k in sizes], dtype=int)
+        return cls(sizes, means, sds, wins, losses)
 
     @property
     def n(self) -> int:
@@ -137,9 +145,13 @@ class Looks:
         """The running intersection of the confidence sequence at level alpha over the looks."""
         if not self.sizes:
             return -np.inf, np.inf
-        h = half_width_factor(np.array(self.sizes), alpha)
+        return self.intersection(half_width_factor(np.array(self.sizes), alpha))
+
+    def intersection(self, factors: np.ndarray) -> tuple[float, float]:
+        """The running intersection of x̄ ± s h over the looks, h = `factors` (one a look)."""
         sds = np.nan_to_num(self.sds, nan=0.0)
-        half = np.where(np.isinf(h), np.inf, np.where(np.isinf(h), 0.0, h) * sds)
+        finite = np.isfinite(factors)
+        half = np.where(finite, np.where(finite, factors, 0.0) * sds, np.inf)
         return float(np.max(self.means - half)), float(np.min(self.means + half))
 
 
@@ -151,15 +163,18 @@ def conditional_power(
     max_n: int,
     level: float,
     margin: float | None = None,
+    factor: float | None = None,
 ) -> np.ndarray:
     """P(the interval at `max_n` seeds decides | the mean and sd after n seeds are the truth),
     by the normal approximation of the remaining seeds' mean (futility:
-    `harness.claims.sequential`); vectorised."""
+    `harness.claims.sequential`); vectorised. `factor`: the interval's half-width in sds at
+    `max_n` (default: the anytime confidence sequence's at `level`)."""
     from scipy import stats
 
     n, mean = np.asarray(n, dtype=float), np.asarray(mean, dtype=float)
     sd = np.nan_to_num(np.asarray(sd, dtype=float), nan=0.0)
-    half = float(half_width_factor(max_n, level)) * sd
+    h = float(half_width_factor(max_n, level)) if factor is None else float(factor)
+    half = h * sd
     spread = np.maximum(sd * np.sqrt(np.maximum(max_n - n, 0.0)) / max_n, 1e-300)
     if kind == "tie":
         room = (margin or 0.0) - half
@@ -172,11 +187,17 @@ def conditional_power(
     return np.asarray(np.where(n >= max_n, 0.0, power), dtype=float)
 
 
-def detectable_effect(sd: float, max_n: int, level: float) -> float | None:
-    """The smallest |difference| max seeds detect with probability about `DETECT_POWER`."""
+def detectable_effect(
+    sd: float, max_n: int, level: float, factor: float | None = None, kind: Kind = "directional"
+) -> float | None:
+    """The smallest |difference| max seeds detect with probability about `DETECT_POWER`
+    (`factor` as in `conditional_power`); for a tie, the narrowest margin max seeds confirm
+    with that probability when the true difference is 0: |mean| + half-width < margin needs
+    the margin s (h + z_((1 + power) / 2) / sqrt(max))."""
     from scipy import stats
 
-    h = float(half_width_factor(max_n, level))
+    h = float(half_width_factor(max_n, level)) if factor is None else float(factor)
     if not np.isfinite(h) or not np.isfinite(sd):
         return None
-    return float(sd * (h + float(stats.norm.ppf(DETECT_POWER)) / np.sqrt(max_n)))
+    power = (1 + DETECT_POWER) / 2 if kind == "tie" else DETECT_POWER
+    return float(sd * (h + float(stats.norm.ppf(power)) / np.sqrt(max_n)))
