@@ -1,0 +1,98 @@
+"""The seed's geometric layer diagnostics against closed forms, and pretrained-model diagnostics
+(attention sinks) on a tiny Llama built here."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from harness.diagnostics_geometry import (
+    WeightTracker,
+    effective_rank,
+    spectral_norm,
+    tokenwise_share,
+)
+from harness.diagnostics_pretrained import attention_sink_stats, pretrained_layer_stats
+
+
+def test_effective_rank_of_equal_singular_values_is_their_count() -> None:
+    generator = torch.Generator().manual_seed(0)
+    q, _ = torch.linalg.qr(torch.randn(64, 64, generator=generator, dtype=torch.float64))
+    rank_5 = q[:, :5] @ (3.0 * torch.eye(5, dtype=torch.float64)) @ q[:, 5:10].T
+    assert effective_rank(rank_5) == pytest.approx(5.0, abs=1e-9)
+
+
+def test_effective_rank_of_an_isotropic_gaussian_is_near_full() -> None:
+    gaussian = torch.randn(20_000, 32, generator=torch.Generator().manual_seed(0))
+    assert 31.5 < effective_rank(gaussian) <= 32.0
+
+
+def test_tokenwise_share_is_one_for_a_diagonal_map_and_low_for_a_mixing_one() -> None:
+    x = torch.randn(256, 8, generator=torch.Generator().manual_seed(0))
+    scale = torch.linspace(0.5, 2.0, 8)
+    assert tokenwise_share(x, x * scale) == pytest.approx(1.0, abs=1e-9)
+    shuffled = x[torch.randperm(256, generator=torch.Generator().manual_seed(1))]
+    assert tokenwise_share(x, x + shuffled) < 0.5  # an update from other tokens
+
+
+def test_spectral_norm_of_a_known_matrix() -> None:
+    matrix = torch.diag(torch.tensor([5.0, 3.0, 1.0])) @ torch.linalg.qr(torch.randn(3, 3))[0]
+    value, vector = spectral_norm(matrix, torch.ones(3))
+    assert value == pytest.approx(5.0, rel=1e-4)
+    warm, _ = spectral_norm(matrix, vector)  # warm start: already converged
+    assert warm == pytest.approx(5.0, rel=1e-5)
+
+
+def test_rotation_is_zero_at_step_zero_and_grows_with_training() -> None:
+    layers = nn.ModuleList([nn.Linear(6, 6), nn.Linear(6, 6)])
+    tracker = WeightTracker(list(layers))
+    at_start = {(s.layer, s.name): s.value for s in tracker.stats(0)}
+    assert at_start[0, "layer_rotation"] == pytest.approx(0.0, abs=1e-12)
+    assert at_start[1, "spectral_norm/weight"] == pytest.approx(
+        float(torch.linalg.matrix_norm(layers[1].weight.detach(), 2)), rel=1e-3
+    )
+    with torch.no_grad():
+        layers[0].weight.neg_()
+        layers[0].bias.neg_()
+    rotated = {(s.layer, s.name): s.value for s in tracker.stats(1)}
+    assert rotated[0, "layer_rotation"] == pytest.approx(2.0)  # opposite weights
+    assert rotated[1, "layer_rotation"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_attention_sink_mass_is_the_weight_on_the_first_token() -> None:
+    weights = torch.zeros(1, 2, 4, 4)
+    weights[:, 0, :, 0] = 1.0  # head 0 attends only to the first token
+    weights[:, 1] = torch.eye(4)  # head 1 to itself
+    stats = {(s.layer, s.name): s.value for s in attention_sink_stats([weights], 0)}
+    assert stats[0, "attention_sink/head_0"] == 1.0
+    assert stats[0, "attention_sink/head_1"] == 0.0
+    assert stats[0, "attention_sink"] == 0.5
+    assert stats[0, "attention_sink_max"] == 1.0
+
+
+def test_pretrained_llama_records_every_layer_statistic() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    stats = pretrained_layer_stats(model, torch.randint(0, 64, (2, 12)))
+    names = {s.name for s in stats}
+    for name in ("hidden_rms", "max_abs_activation", "block_influence", "attention_sink"):
+        assert {s.layer for s in stats if s.name == name} == {0, 1, 2}
+    assert {"peak_activation", "peak_position", "peak_channel", "effective_rank"} <= names
+    assert {"attention_sink/head_0", "attention_sink/head_1", "tokenwise_share"} <= names
+    assert model.config._attn_implementation == "sdpa"  # restored
+    sinks = [s.value for s in stats if s.name == "attention_sink"]
+    assert all(0.0 < value < 1.0 and math.isfinite(value) for value in sinks)
