@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from harness.diagnostics import hidden_profile
 from harness.diagnostics_geometry import representation_stats
+from harness.methods.layers import blocks
 from harness.records import LayerStat
 from harness.tasks.base import Task
 
@@ -50,16 +51,27 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
 
 @torch.no_grad()
 def forward_with_attention(model: nn.Module, input_ids: Tensor) -> tuple[tuple[Tensor, ...], Any]:
-    """The hidden states (float32) and attention weights of one eval-mode forward; the weights
-    are None for a model that does not return them."""
+    """The embedding output and every block's output (float32), and the attention weights
+    (None for a model that does not return them), of one eval-mode forward.
+
+    transformers' last hidden state has the final norm applied: the last block's own output is
+    taken from a hook instead, as for every other block."""
+    last: list[Tensor] = []
+
+    def keep(module: nn.Module, args: Any, output: Any) -> None:
+        last.append(output[0] if isinstance(output, tuple) else output)
+
     was_training = model.training
     model.eval()
+    hook = blocks(model)[-1].register_forward_hook(keep)
     try:
         with eager_attention(model):
             output = model(input_ids=input_ids, output_hidden_states=True, output_attentions=True)
     finally:
+        hook.remove()
         model.train(was_training)
-    return tuple(h.float() for h in output.hidden_states), getattr(output, "attentions", None)
+    hidden = (*output.hidden_states[:-1], last[-1])
+    return tuple(h.float() for h in hidden), getattr(output, "attentions", None)
 
 
 def attention_sink_stats(attentions: Sequence[Tensor], step: int) -> list[LayerStat]:

@@ -136,6 +136,7 @@ def layer_profile(stats: pd.DataFrame, title: str, relative_depth: bool = False)
     figure.update_layout(
         title=title,
         xaxis_title="relative depth" if relative_depth else "layer",
+        xaxis={"dtick": None if relative_depth else 1},
         yaxis_title=title,
         margin={"t": 40},
         height=300,

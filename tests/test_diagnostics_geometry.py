@@ -96,3 +96,17 @@ def test_pretrained_llama_records_every_layer_statistic() -> None:
     assert model.config._attn_implementation == "sdpa"  # restored
     sinks = [s.value for s in stats if s.name == "attention_sink"]
     assert all(0.0 < value < 1.0 and math.isfinite(value) for value in sinks)
+
+
+def test_the_last_block_output_is_taken_before_the_final_norm() -> None:
+    from harness.diagnostics_pretrained import forward_with_attention
+    from harness.methods.layers import blocks
+    from tests.factories import tiny_llama
+
+    model = tiny_llama(64, n_layers=2)
+    seen: list[torch.Tensor] = []
+    blocks(model)[-1].register_forward_hook(lambda m, a, out: seen.append(out))
+    hidden, attentions = forward_with_attention(model, torch.randint(0, 64, (1, 8)))
+    last = seen[0][0] if isinstance(seen[0], tuple) else seen[0]
+    assert len(hidden) == 3 and len(attentions) == 2
+    assert torch.equal(hidden[-1], last.float())
