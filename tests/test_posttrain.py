@@ -199,7 +199,9 @@ def test_an_evaluated_pretrained_model_records_its_layer_statistics(tmp_path: Pa
     """Hidden RMS, massive activations, block influence and attention-sink mass per layer."""
     suite = pretrained_suite(tmp_path, save_tiny_pretrained(tmp_path / "tiny"))
     config = next(
-        t.config for t in plan_suite(load_suite(suite)) if (t.method, t.task) == ("full", "held-out")
+        t.config
+        for t in plan_suite(load_suite(suite))
+        if (t.method, t.task) == ("full", "held-out")
     )
     result = run_trial(config)
     assert result.status == "done", result.error
