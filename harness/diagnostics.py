@@ -107,7 +107,7 @@ def hidden_states(model: nn.Module, input_ids: Tensor) -> tuple[Tensor, ...]:
 
 
 def hidden_state_stats(model: nn.Module, input_ids: Tensor, step: int) -> list[LayerStat]:
-    """The statistics of `hidden_profile` and `representation_stats` on the model's hidden states."""
+    """`hidden_profile` and `representation_stats` of the model's hidden states."""
     hidden = hidden_states(model, input_ids)
     return hidden_profile(hidden, step) + representation_stats(hidden, step)
 

@@ -21,14 +21,14 @@ from harness.diagnostics import hidden_profile
 from harness.diagnostics_geometry import representation_stats
 from harness.methods.layers import blocks
 from harness.records import LayerStat
-from harness.tasks.base import Task
+from harness.tasks.base import EvalTask
 
 PROBE_SAMPLES = 4
 PROBE_LENGTH = 128
 """The probe batch: this many calibration windows of this many tokens."""
 
 
-def probe_batch(task: Task, device: torch.device) -> Tensor:
+def probe_batch(task: EvalTask, device: torch.device) -> Tensor:
     """The fixed probe windows of the task's calibration text, as one batch."""
     windows = torch.cat(task.calibration(PROBE_SAMPLES, PROBE_LENGTH))[:PROBE_SAMPLES]
     return windows.to(device)

@@ -74,26 +74,18 @@ def test_attention_sink_mass_is_the_weight_on_the_first_token() -> None:
 
 
 def test_pretrained_llama_records_every_layer_statistic() -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tests.factories import tiny_llama
 
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        attn_implementation="sdpa",
-    )
     torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
+    model = tiny_llama(64, n_layers=3)
+    implementation = model.config._attn_implementation
     stats = pretrained_layer_stats(model, torch.randint(0, 64, (2, 12)))
     names = {s.name for s in stats}
     for name in ("hidden_rms", "max_abs_activation", "block_influence", "attention_sink"):
         assert {s.layer for s in stats if s.name == name} == {0, 1, 2}
     assert {"peak_activation", "peak_position", "peak_channel", "effective_rank"} <= names
     assert {"attention_sink/head_0", "attention_sink/head_1", "tokenwise_share"} <= names
-    assert model.config._attn_implementation == "sdpa"  # restored
+    assert model.config._attn_implementation == implementation  # restored
     sinks = [s.value for s in stats if s.name == "attention_sink"]
     assert all(0.0 < value < 1.0 and math.isfinite(value) for value in sinks)
 

@@ -152,7 +152,9 @@ def build(recipe: TrialRecipe) -> BuiltTrial:
     probe_inputs = diagnostic_inputs(task, train.batch_size).to(device)
     loss = torch.compile(task.loss) if recipe.compile else task.loss
     tracker = WeightTracker(blocks(model), recipe.seed) if train.diagnostics else None
-    return BuiltTrial(recipe, task, model, optimizer, scheduler, device, probe_inputs, loss, tracker)
+    return BuiltTrial(
+        recipe, task, model, optimizer, scheduler, device, probe_inputs, loss, tracker
+    )
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
