@@ -9,6 +9,11 @@ Weights (per block l, needing the weights' history across a run, `WeightTracker`
   (Carbonnelle & De Vleeschouwer 2018, "Layer rotation");
 - `spectral_norm/<matrix>`: the largest singular value of each weight matrix of the block, by
   power iteration warm-started from the previous evaluation's vectors.
+
+The seed's feature-norm score (the negative-aware norm, NAN, of "Understanding the Feature Norm
+for Out-of-Distribution Detection") is not recorded: its abstract defines it only for a
+classifier's hidden features told apart in- from out-of-distribution, and neither it nor code
+found from it pins down the formula, so a guess would not be the paper's score.
 """
 
 from __future__ import annotations

@@ -38,6 +38,10 @@ class PluginImportError(ImportError):
     """An installed plugin package whose entry point cannot be imported."""
 
 
+class PluginSourceError(ValueError):
+    """A plugin entry whose source cannot be read, so it cannot enter a trial's key."""
+
+
 @cache
 def discovered() -> tuple[tuple[InstalledPlugin, ...], tuple[str, ...]]:
     """Import every installed plugin once: those imported, and a message per failure."""
@@ -90,5 +94,12 @@ def origin(entry: Entry[Any]) -> str:
 def plugin_digest(entry: Entry[Any]) -> str:
     """The source digest of a plugin entry: its implementation and the helpers it reaches in
     its own top-level package and in LayerBench's implementation packages."""
-    package = implementation_module(entry).partition(".")[0]
-    return source_of(entry.obj, packages=(package + ".", *IMPLEMENTATION_PACKAGES)).digest
+    module = implementation_module(entry)
+    packages = (module.partition(".")[0] + ".", *IMPLEMENTATION_PACKAGES)
+    try:
+        return source_of(entry.obj, packages=packages).digest
+    except (OSError, TypeError) as error:  # no source file: code typed into an interpreter
+        raise PluginSourceError(
+            f"plugin entry '{entry.name}' of {module} has no readable source ({error}): put it "
+            "in a module file, so that its source can version its trials"
+        ) from None
