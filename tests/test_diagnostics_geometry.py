@@ -102,3 +102,28 @@ def test_the_last_block_output_is_taken_before_the_final_norm() -> None:
     last = seen[0][0] if isinstance(seen[0], tuple) else seen[0]
     assert len(hidden) == 3 and len(attentions) == 2
     assert torch.equal(hidden[-1], last.float())
+
+
+@pytest.mark.slow
+def test_smollm2_has_massive_activations_on_the_first_token_and_attention_sinks() -> None:
+    """The packaged SmolLM2-135M (offline) on its probe batch: the seed's phenomena appear."""
+    from harness.diagnostics_pretrained import probe_batch
+    from harness.registry import MODELS, TASKS
+    from harness.spec.recipe import parsed_section
+    from harness.tasks.corpora import ModelTokenizer
+
+    entry, params = parsed_section(MODELS, {"type": "pretrained", "source": "smollm2-135m"})
+    missing = entry.missing(params) if entry.missing else None
+    if missing:
+        pytest.skip(f"SmolLM2 is not installed here (`{missing}`)")
+    loaded = entry.obj(params)
+    task_spec = {"type": "perplexity", "corpus": "shakespeare", "split": "test", "seq_len": 128}
+    task_entry, task_params = parsed_section(TASKS, task_spec)
+    task = task_entry.obj(task_params, ModelTokenizer(loaded.tokenizer))
+    stats = pretrained_layer_stats(loaded.model, probe_batch(task, torch.device("cpu")))
+    by_name = {(s.name, s.layer): s.value for s in stats}
+    for name in ("hidden_rms", "max_abs_activation", "block_influence", "attention_sink"):
+        assert all((name, layer) in by_name for layer in range(30)), name
+    peak = {s.name: s.value for s in stats if s.name.startswith("peak_")}
+    assert peak["peak_position"] == 0.0 and peak["peak_activation"] > 1000  # massive, first token
+    assert max(by_name["attention_sink", layer] for layer in range(30)) > 0.3
