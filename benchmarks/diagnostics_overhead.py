@@ -3,8 +3,10 @@
     .venv/bin/python benchmarks/diagnostics_overhead.py [--repeats 20]
 
 Times, by median over `repeats`: a train step without and with the probe, the probe's own work,
-the hidden-state statistics and one evaluation; then the diagnostics' share of train time at the
-evaluation intervals the suites use.
+the hidden-state statistics (RMS, max, block influence, peak), the geometric ones of
+`harness.diagnostics_geometry` (effective rank and tokenwise share on the hidden states; layer
+rotation and warm-started spectral norms on the weights) and one evaluation; then the
+diagnostics' share of train time at the evaluation intervals the suites use.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from collections.abc import Callable
 
 import torch
 
-from harness.diagnostics import StepProbe, hidden_state_stats
+from harness.diagnostics import StepProbe, hidden_profile, hidden_states
+from harness.diagnostics_geometry import WeightTracker, representation_stats
 from harness.methods.layers import blocks
 from harness.runner.trial import Clock, build, evaluate, prepare, train_step
+from harness.spec.recipe import resolved_settings
 from harness.spec.schema import TrialSettings
 
 SETTINGS = {
@@ -37,34 +41,43 @@ def seconds(fn: Callable[..., object], *args: object) -> float:
 
 def main(repeats: int) -> None:
     torch.set_num_threads(1)
-    settings = TrialSettings.model_validate(SETTINGS).model_dump(mode="json")
+    resolved = resolved_settings(TrialSettings.model_validate(SETTINGS), cuda=False)
+    settings = resolved.model_dump(mode="json")
     config = {**settings, "seed": 0, "model": MODEL, "task": TASK}
     trial = build(prepare(config))
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     batches = trial.task.train_batches(16, torch.Generator().manual_seed(0))
-    plain, probed, probe_own, hidden = [], [], [], []
+    tracker = trial.tracker or WeightTracker(blocks(trial.model))
+    plain, probed, probe_own, hidden, geometry, weights = [], [], [], [], [], []
     for _ in range(repeats):
         batch = next(batches)
         plain.append(seconds(train_step, trial, batch, scaler))
         probe = StepProbe(blocks(trial.model))
         probed.append(seconds(train_step, trial, batch, scaler, probe))
         probe_own.append(probe.seconds)
-        hidden.append(seconds(hidden_state_stats, trial.model, trial.probe_inputs, 0))
-    step, per_eval = (
-        statistics.median(plain),
-        statistics.median(probe_own) + statistics.median(hidden),
-    )
+        started = time.perf_counter()
+        states = hidden_states(trial.model, trial.probe_inputs)
+        hidden_profile(states, 0)
+        hidden.append(time.perf_counter() - started)
+        geometry.append(seconds(representation_stats, states, 0))
+        weights.append(seconds(tracker.stats, 0))
+    step = statistics.median(plain)
+    parts = [statistics.median(t) for t in (probe_own, hidden, geometry, weights)]
+    per_eval = sum(parts)
     one_eval = seconds(evaluate, trial, Clock(), False)
     print(
         f"train step {1e3 * step:.1f} ms, with the probe {1e3 * statistics.median(probed):.1f} ms"
     )
     print(
-        f"probe {1e3 * statistics.median(probe_own):.1f} ms + hidden-state statistics "
-        f"{1e3 * statistics.median(hidden):.1f} ms = {1e3 * per_eval:.0f} ms per evaluation "
+        f"probe {1e3 * parts[0]:.1f} ms + hidden-state statistics {1e3 * parts[1]:.1f} ms + "
+        f"effective rank and tokenwise share {1e3 * parts[2]:.1f} ms + layer rotation and "
+        f"spectral norms {1e3 * parts[3]:.1f} ms = {1e3 * per_eval:.0f} ms per evaluation "
         f"(an evaluation itself: {1e3 * one_eval:.0f} ms)"
     )
-    for eval_every in (25, 50):
+    for eval_every in (25, 50, 100):
         print(f"eval_every={eval_every}: {100 * per_eval / (eval_every * step):.2f}% of train time")
+        geometric = parts[2] + parts[3]
+        print(f"  of which the geometric diagnostics: {100 * geometric / (eval_every * step):.2f}%")
 
 
 if __name__ == "__main__":

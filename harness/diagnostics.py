@@ -9,6 +9,8 @@ Per layer l (the l-th block of the model, from 0):
   (ShortGPT, Men et al., 2024; h_(-1) is the embedding output).
 Per model, in the row of the layer where it occurs: `peak_activation`, the largest |h_l| over all
 block outputs, with its token position (`peak_position`) and channel (`peak_channel`).
+With them, the seed's geometric diagnostics of `harness.diagnostics_geometry` (effective rank,
+tokenwise share of the update; layer rotation and spectral norms by its `WeightTracker`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.diagnostics_geometry import representation_stats
 from harness.records import LayerStat
 from harness.tasks.base import Task
 
@@ -104,8 +107,14 @@ def hidden_states(model: nn.Module, input_ids: Tensor) -> tuple[Tensor, ...]:
 
 
 def hidden_state_stats(model: nn.Module, input_ids: Tensor, step: int) -> list[LayerStat]:
-    """RMS, max |activation| and block influence per layer, and the model's peak activation."""
+    """`hidden_profile` and `representation_stats` of the model's hidden states."""
     hidden = hidden_states(model, input_ids)
+    return hidden_profile(hidden, step) + representation_stats(hidden, step)
+
+
+def hidden_profile(hidden: Sequence[Tensor], step: int) -> list[LayerStat]:
+    """RMS, max |activation| and block influence per layer, and the model's peak activation,
+    from the embedding output and every block's output."""
     stats = []
     for layer, (h_in, h_out) in enumerate(pairwise(hidden)):
         influence = 1.0 - F.cosine_similarity(h_in, h_out, dim=-1).mean().item()

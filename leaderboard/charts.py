@@ -122,6 +122,39 @@ def layer_heatmap(stats: pd.DataFrame, title: str, scale: HeatmapScale) -> go.Fi
     return figure
 
 
+def layer_profile(stats: pd.DataFrame, title: str, relative_depth: bool = False) -> go.Figure:
+    """A statistic along depth, one line per `line` (columns layer, value, line), averaged over
+    the rows of a line and layer; `relative_depth` puts layer l of L at l / (L - 1), so models of
+    different depths compare."""
+    figure = go.Figure()
+    for index, (line, rows) in enumerate(stats.groupby("line", sort=False)):
+        profile = rows.groupby("layer")["value"].mean()
+        depth = profile.index.to_numpy(dtype=float)
+        x = depth / max(depth.max(), 1.0) if relative_depth else depth
+        color = PALETTE[index % len(PALETTE)]
+        figure.add_scatter(x=x, y=profile.to_numpy(), name=str(line), line={"color": color})
+    figure.update_layout(
+        title=title,
+        xaxis_title="relative depth" if relative_depth else "layer",
+        xaxis={"dtick": None if relative_depth else 1},
+        yaxis_title=title,
+        margin={"t": 40},
+        height=300,
+    )
+    return figure
+
+
+def head_heatmap(stats: pd.DataFrame, title: str) -> go.Figure:
+    """A (layer x head) heatmap (columns layer, head, value)."""
+    grid = stats.pivot_table(index="layer", columns="head", values="value", aggfunc="mean")
+    heatmap = go.Heatmap(z=grid.to_numpy(), x=grid.columns, y=grid.index, colorscale="Viridis")
+    figure = go.Figure(heatmap)
+    figure.update_layout(
+        title=title, xaxis_title="head", yaxis_title="layer", margin={"t": 40}, height=320
+    )
+    return figure
+
+
 def pareto_front(x: np.ndarray, y: np.ndarray, x_dir: Direction, y_dir: Direction) -> np.ndarray:
     """Which points no other point dominates (at least as good on both axes, better on one)."""
     gx, gy = -Direction(x_dir).gain(x), -Direction(y_dir).gain(y)

@@ -199,11 +199,16 @@ def plotted(values: Any) -> list[float]:
 def test_compare_page_plots_curves_heatmaps_and_the_pareto_front(tiny_suite_db: Path) -> None:
     at = run_app("compare")
     charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    curves, heatmaps, fronts = charts[:2], charts[2:-1], charts[-1:]
+    curves, heatmaps, profiles, fronts = charts[:2], charts[2:6], charts[6:-1], charts[-1:]
     names = {trace.get("name") for trace in curves[0]["data"]} - {None}
     assert names == {"pre-ln", "post-ln", "rms", "lr-sweep"}
     assert [c["layout"]["xaxis"]["title"]["text"] for c in curves] == ["step", "train time (s)"]
-    assert len(heatmaps) == 4 and all(h["data"][0]["type"] == "heatmap" for h in heatmaps)
+    assert all(h["data"][0]["type"] == "heatmap" for h in heatmaps)
+    # across models: a line per model and method along relative depth, the last step of each
+    assert [p["layout"]["title"]["text"] for p in profiles] == ["hidden_rms"]
+    assert profiles[0]["layout"]["xaxis"]["title"]["text"] == "relative depth"
+    lines = {trace["name"] for trace in profiles[0]["data"]}
+    assert lines == {f"gpt-2l / {method}" for method in ("pre-ln", "post-ln", "rms", "lr-sweep")}
     front = next(t for t in fronts[0]["data"] if t["name"] == "Pareto front")
     assert plotted(front["x"]) == [4.0]  # rms: the fewest bits and the lowest loss
 
@@ -238,8 +243,10 @@ def test_trial_page_plots_val_loss_when_the_ranked_metric_has_no_series(
     assert not at.exception, [e.message for e in at.exception]
     captions = [caption.value for caption in at.caption]
     assert r"No effective\_bits series is stored for this trial: showing val\_loss." in captions
-    (chart,) = at.get("plotly_chart")
+    chart, *layer_profiles = at.get("plotly_chart")  # the learning curve, then layer profiles
     assert "val_loss" in chart.proto.spec
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in layer_profiles]
+    assert titles == ["hidden_rms"]  # of the stored statistics, the one profiles show first
 
 
 def test_history_marks_nightly_alerts_on_the_curve_and_filters_regressions(

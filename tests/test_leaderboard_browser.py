@@ -93,3 +93,44 @@ def test_the_history_page_shows_a_regression_on_the_curve_in_chromium(
         page.screenshot(path=screenshot, full_page=True)
         browser.close()
     assert screenshot.stat().st_size > 10_000
+
+
+def test_the_trial_page_shows_a_pretrained_models_layer_profiles_in_chromium(
+    chromium: None, tmp_path: Path
+) -> None:
+    """An evaluated (tiny, pretrained) Llama: its hidden RMS, massive activations, block
+    influence and attention-sink mass along depth, and its peak activation."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from harness.runner.trial import run_trial
+    from harness.spec import load_suite
+    from harness.spec.plan import plan_suite
+    from harness.store.db import make_engine, upgrade
+    from tests.factories import store
+    from tests.test_posttrain import pretrained_suite, save_tiny_pretrained
+
+    url = os.environ["LAYERBENCH_DB"]
+    suite = pretrained_suite(tmp_path, save_tiny_pretrained(tmp_path / "tiny"))
+    trial = next(
+        t for t in plan_suite(load_suite(suite)) if (t.method, t.task) == ("full", "held-out")
+    )
+    result = run_trial(trial.config)
+    assert result.status == "done", result.error
+    database = make_engine(url)
+    upgrade(database)
+    store(database, [(trial, result)])
+    screenshot = tmp_path / "trial.png"
+    with serve(url, tmp_path / "server.log") as address, sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(address + f"trial?suite=compress&key={trial.key}")
+        expect(page.get_by_text("Layer profiles")).to_be_visible(timeout=START_TIMEOUT_S * 1000)
+        expect(page.get_by_text(re.compile(r"^Peak activation .* channel \d+"))).to_be_visible()
+        titles = page.locator(".js-plotly-plot .gtitle")
+        for name in ("hidden_rms", "max_abs_activation", "block_influence", "attention_sink"):
+            expect(titles.filter(has_text=re.compile(f"^{name}$"))).to_be_visible(timeout=30_000)
+        expect(titles.filter(has_text="attention_sink per head")).to_be_visible()
+        titles.filter(has_text="block_influence").scroll_into_view_if_needed()
+        page.screenshot(path=screenshot)
+        browser.close()
+    assert screenshot.stat().st_size > 10_000

@@ -193,3 +193,20 @@ def test_task_greedy_selects_on_the_tuning_split_and_reports_on_test(
     # one evaluation in training, one per candidate layer (2 blocks), then the final val and test
     assert splits == ["val", "val", "val", "val", "test"]
     assert result.final["layers_removed"] == 1 and "test_loss" in result.final
+
+
+def test_an_evaluated_pretrained_model_records_its_layer_statistics(tmp_path: Path) -> None:
+    """Hidden RMS, massive activations, block influence and attention-sink mass per layer."""
+    suite = pretrained_suite(tmp_path, save_tiny_pretrained(tmp_path / "tiny"))
+    config = next(
+        t.config
+        for t in plan_suite(load_suite(suite))
+        if (t.method, t.task) == ("full", "held-out")
+    )
+    result = run_trial(config)
+    assert result.status == "done", result.error
+    for name in ("hidden_rms", "max_abs_activation", "block_influence", "attention_sink"):
+        assert {s.layer for s in result.layer_stats if s.name == name} == {0, 1, 2, 3}, name
+    names = {s.name for s in result.layer_stats}
+    assert {"peak_activation", "peak_position", "peak_channel", "effective_rank"} <= names
+    assert {s.step for s in result.layer_stats} == {0}

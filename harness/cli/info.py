@@ -30,12 +30,23 @@ def validate(suites: Annotated[list[Path], typer.Argument(help="Suite files.")])
 def methods(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
 ) -> None:
-    """List every registered method, model, task, metric (with its unit) and backend."""
+    """List every registered method, model, task, metric (with its unit) and backend, and where
+    each comes from (built-in, a plugin module, an installed plugin package and its version)."""
     from harness.registry import BACKENDS, FAMILIES
+    from harness.spec.plugins import PluginImportError, installed_plugins, origin
 
+    try:
+        installed_plugins()
+    except PluginImportError as error:
+        raise fail(str(error)) from None
     listing = {
         family: [
-            {"name": e.name, "doc": e.doc, **metric_fields(e.obj if family == "metric" else None)}
+            {
+                "name": e.name,
+                "doc": e.doc,
+                "origin": origin(e),
+                **metric_fields(e.obj if family == "metric" else None),
+            }
             for e in registry.entries()
         ]
         for family, registry in {**FAMILIES, "backend": BACKENDS}.items()
@@ -47,9 +58,26 @@ def methods(
         console.print(f"[bold]{family}[/]")
         for entry in entries:
             unit = f" [{entry['unit']}]" if entry.get("unit") else ""
+            shown = "" if entry["origin"] == "built-in" else f" ({entry['origin']})"
             console.print(
-                f"  {entry['name']:<20} {entry['doc']}{unit}", highlight=False, markup=False
+                f"  {entry['name']:<20} {entry['doc']}{unit}{shown}", highlight=False, markup=False
             )
+
+
+def plugin_sources() -> list[str]:
+    """One line per plugin entry: its origin and source digest, which the keys of its trials
+    carry (an edit to it reruns them; `layerbench status` names it among the changes)."""
+    from harness.registry import FAMILY_TABLE
+    from harness.spec.plugins import installed_plugins, is_plugin, origin, plugin_digest
+
+    installed_plugins()
+    return [
+        f"plugin entry {family.key}:{e.name} from {origin(e)}: source {plugin_digest(e)[:12]}"
+        for family in FAMILY_TABLE
+        if family.config_path is not None
+        for e in family.registry.entries()
+        if is_plugin(e)
+    ]
 
 
 def metric_fields(metric: Metric | None) -> dict[str, str]:
@@ -101,6 +129,8 @@ def versions(
         if found:
             raise typer.Exit(2)
         console.print(f"ok: every built-in entry matches {sources.LOCK.name}")
+        for line in plugin_sources():
+            console.print(line, highlight=False, markup=False)
         return
     try:
         changed = sources.update(same_results or ())

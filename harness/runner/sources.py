@@ -1,9 +1,10 @@
 """The recorded source of each built-in entry: a method's code cannot change unversioned.
 
-An entry's *source digest* hashes its implementation and every function and class of the
-implementation packages (methods, models, tasks, data, diagnostics, utils) it reaches by name, as
-syntax trees without docstrings (comments and formatting do not count, helpers do). The digests
-and the versions they were recorded at live in `entry_sources.json`, committed beside this module:
+An entry's *source digest* (`harness.spec.digest`) hashes its implementation and every function
+and class of the implementation packages (methods, models, tasks, data, diagnostics, utils) it
+reaches by name, as syntax trees without docstrings (comments and formatting do not count,
+helpers do).
+The digests and the versions they were recorded at live in `entry_sources.json`, beside this module:
 `layerbench versions --check` (and tests/test_versions.py) fail when a digest changed while the
 version stayed, so a change that can move results bumps the entry's `version` in its catalog,
 which changes the keys of the trials that use it (`harness.spec.plan.trial_key`) and supersedes
@@ -16,35 +17,16 @@ that command and the test, never when a suite is planned.
 
 from __future__ import annotations
 
-import ast
-import hashlib
-import inspect
 import json
-import sys
-import textwrap
-import types
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.env import METHOD_LIBRARIES
 from harness.logs import detach_stream_handlers
 from harness.registry import FAMILY_TABLE, Entry
+from harness.spec.digest import Parsed, source_of
 
 LOCK = Path(__file__).with_name("entry_sources.json")
-IMPLEMENTATION_PACKAGES = (
-    "harness.methods.",
-    "harness.models.",
-    "harness.tasks.",
-    "harness.data.",
-    "harness.diagnostics",
-    "harness.utils",
-)
-DECLARATIONS = ("harness.methods.catalog", "harness.models.catalog", "harness.tasks.catalog")
-"""Catalogs declare entries; their parameter models' defaults are in every trial's config."""
-LIBRARY_MODULES = {"pytorch_optimizer": "pytorch-optimizer", "optimum": "optimum-quanto"}
-"""Import names of METHOD_LIBRARIES that differ from their distribution's name."""
 
 
 def built_in_entries() -> dict[str, Entry[Any]]:
@@ -58,116 +40,6 @@ def built_in_entries() -> dict[str, Entry[Any]]:
         for entry in family.registry.entries()
         if entry.module
     }
-
-
-def implementation(value: Any) -> bool:
-    """A function or class of an implementation package (not of a catalog)."""
-    if not (inspect.isfunction(value) or inspect.isclass(value)):
-        return False
-    module = getattr(value, "__module__", "") or ""
-    return module not in DECLARATIONS and any(
-        module == package.rstrip(".") or module.startswith(package)
-        for package in IMPLEMENTATION_PACKAGES
-    )
-
-
-def constant(value: Any) -> bool:
-    """A module constant whose value is written in the code (a number, a string, a tuple of
-    them...): its value counts in the digest of the code that names it."""
-    if isinstance(value, tuple | frozenset):
-        return all(constant(item) for item in value)
-    return isinstance(value, int | float | str | bytes | bool) or value is None
-
-
-def without_docstrings(tree: ast.AST) -> ast.AST:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Module):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                node.body = body[1:] or [ast.Pass()]
-    return tree
-
-
-def referenced(tree: ast.AST, namespace: dict[str, Any]) -> Iterator[Any]:
-    """The objects `tree` names (`name` or `module.name`) in its module's namespace."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in namespace:
-            yield namespace[node.id]
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            owner = namespace.get(node.value.id)
-            if isinstance(owner, types.ModuleType):
-                yield getattr(owner, node.attr, None)
-
-
-def imported_libraries(tree: ast.AST) -> Iterator[str]:
-    """The METHOD_LIBRARIES that `tree` imports (the schemes import theirs in their bodies)."""
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [node.module]
-        elif isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        for name in names:
-            top = name.partition(".")[0]
-            library = LIBRARY_MODULES.get(top, top)
-            if library in METHOD_LIBRARIES:
-                yield library
-
-
-@dataclass(frozen=True)
-class Source:
-    """What an entry's implementation is: its digest and the method libraries it imports."""
-
-    digest: str
-    libraries: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Parsed:
-    """One function or class as a digest sees it: its syntax tree without docstrings (dumped),
-    the method libraries it imports, the implementations and the constants it names."""
-
-    dump: str
-    libraries: frozenset[str]
-    reached: tuple[Any, ...]
-    constants: tuple[str, ...]  # their repr
-
-
-def parse(obj: Any) -> Parsed:
-    tree = without_docstrings(ast.parse(textwrap.dedent(inspect.getsource(obj))))
-    namespace = vars(sys.modules[obj.__module__])
-    named = list(referenced(tree, namespace))
-    return Parsed(
-        dump=ast.dump(tree),
-        libraries=frozenset(imported_libraries(tree)),
-        reached=tuple(value for value in named if implementation(value)),
-        constants=tuple(repr(v) for v in named if not implementation(v) and constant(v)),
-    )
-
-
-def source_of(target: Any, parsed: dict[str, Parsed] | None = None) -> Source:
-    """The digest of `target` and of every implementation it reaches by name. `parsed` keeps
-    each function and class parsed once across the entries of one `current` (entries share
-    most of their helpers)."""
-    parsed = {} if parsed is None else parsed
-    seen: dict[str, str] = {}
-    libraries: set[str] = set()
-    pending = [inspect.unwrap(target)]
-    while pending:
-        obj = pending.pop()
-        name = f"{obj.__module__}:{obj.__qualname__}"
-        if name in seen:
-            continue
-        if name not in parsed:
-            parsed[name] = parse(obj)
-        found = parsed[name]
-        seen[name] = found.dump
-        libraries.update(found.libraries)
-        pending.extend(found.reached)
-        seen.update({f"{name}:{value}": "" for value in found.constants})
-
-    digest = hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()
-    return Source(digest, tuple(sorted(libraries)))
 
 
 def read_lock(path: Path = LOCK) -> dict[str, dict[str, Any]]:

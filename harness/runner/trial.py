@@ -26,6 +26,8 @@ from torch import nn
 from harness.cache import DataMissingError
 from harness.core import Status
 from harness.diagnostics import StepProbe, diagnostic_inputs, hidden_state_stats
+from harness.diagnostics_geometry import WeightTracker
+from harness.diagnostics_pretrained import pretrained_layer_stats, probe_batch
 from harness.env import cpu_model, git_commit, package_versions
 from harness.logs import detach_stream_handlers
 from harness.methods.layers import blocks
@@ -122,6 +124,8 @@ class BuiltTrial:
     """The fixed batch on which the layerwise diagnostics look at hidden states."""
     loss: Callable[[nn.Module, Batch], torch.Tensor]
     """The training loss: the task's, compiled if `train.compile` (evaluation stays eager)."""
+    tracker: WeightTracker | None = None
+    """The blocks' initial weights and spectral-norm vectors, when diagnostics are on."""
 
 
 def prepare(config: Mapping[str, Any]) -> TrialRecipe:
@@ -147,7 +151,10 @@ def build(recipe: TrialRecipe) -> BuiltTrial:
     )
     probe_inputs = diagnostic_inputs(task, train.batch_size).to(device)
     loss = torch.compile(task.loss) if recipe.compile else task.loss
-    return BuiltTrial(recipe, task, model, optimizer, scheduler, device, probe_inputs, loss)
+    tracker = WeightTracker(blocks(model), recipe.seed) if train.diagnostics else None
+    return BuiltTrial(
+        recipe, task, model, optimizer, scheduler, device, probe_inputs, loss, tracker
+    )
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
@@ -197,6 +204,7 @@ def diagnose(trial: BuiltTrial, probe: StepProbe, step: int, clock: Clock) -> li
     """The layerwise statistics of this step (SPEC 5.7), timed as evaluation, not training."""
     start = time.perf_counter()
     stats = probe.stats(step) + hidden_state_stats(trial.model, trial.probe_inputs, step)
+    stats += trial.tracker.stats(step) if trial.tracker else []
     clock.train_s -= probe.seconds
     clock.eval_s += probe.seconds + time.perf_counter() - start
     return stats
@@ -333,6 +341,7 @@ def evaluate_pretrained(recipe: TrialRecipe, result: TrialResult, clock: Clock) 
     result.layer_stats += layers
     with torch.no_grad(), autocast(device, recipe.precision):
         evaluation = task.evaluate(model, recipe.train.batch_size)
+    result.layer_stats += pretrained_layer_stats(model, probe_batch(task, device))
     clock.eval_s += time.perf_counter() - started
     result.examples = evaluation.examples
     params = float(sum(p.numel() for p in model.parameters()))

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from harness.registry import UnknownNameError, suggest
+from harness.spec.plugins import PluginImportError, installed_plugins
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -269,7 +270,12 @@ def unknown_name_problem(locator: Locator, loc: Loc, error: UnknownNameError) ->
 
 
 def import_plugins(modules: Iterable[str], locator: Locator) -> Iterator[Problem]:
-    """Import the suite's plugin modules (this runs their code: only what the suite lists)."""
+    """Import the installed plugin packages (`harness.spec.plugins`), then the suite's plugin
+    modules (this runs their code: only what is installed or the suite lists)."""
+    try:
+        installed_plugins()
+    except PluginImportError as error:
+        yield locator.problem(("plugins",), str(error))
     for index, module in enumerate(modules):
         try:
             importlib.import_module(module)

@@ -37,6 +37,7 @@ from harness.registry import (
     ModelEntry,
     suggest,
 )
+from harness.spec.plugins import is_plugin, plugin_digest
 from harness.spec.recipe import TrialRecipe, parsed_section, resolved_settings
 from harness.spec.resolve import matrix_cells, trial_settings
 from harness.spec.schema import Suite
@@ -87,8 +88,10 @@ def used_entries(recipe: TrialRecipe) -> dict[str, Entry[Any]]:
 
 
 def trial_versions(recipe: TrialRecipe) -> dict[str, Any]:
-    """The versions of the entries the trial uses that are past their first, and of the method
-    libraries those entries use that are not at their baseline (see the module docstring)."""
+    """The versions of the entries the trial uses that are past their first, of the method
+    libraries those entries use that are not at their baseline (see the module docstring), and
+    the source digests of the plugin entries it uses (`harness.spec.plugins`: none for a trial
+    of built-ins alone, whose key stays as it was)."""
     entries = used_entries(recipe)
     changed = method_library_versions()
     versions: dict[str, Any] = {
@@ -97,7 +100,12 @@ def trial_versions(recipe: TrialRecipe) -> dict[str, Any]:
     libraries = {
         lib: changed[lib] for e in entries.values() for lib in e.libraries if lib in changed
     }
-    return {**versions, **({"libraries": libraries} if libraries else {})}
+    plugins = {key: plugin_digest(e) for key, e in entries.items() if is_plugin(e)}
+    return {
+        **versions,
+        **({"libraries": libraries} if libraries else {}),
+        **({"plugins": plugins} if plugins else {}),
+    }
 
 
 def plan_suite(suite: Suite) -> list[PlannedTrial]:

@@ -41,6 +41,7 @@ from harness.registry import (
     TrainableModelEntry,
     TrainTaskEntry,
 )
+from harness.spec.plugins import installed_plugins
 from harness.spec.resolve import resolve_compile, resolve_precision, resolved_optimizer
 from harness.spec.schema import (
     DEFAULT_THREADS,
@@ -305,8 +306,10 @@ def resolved_settings(settings: TrialSettings, cuda: bool) -> TrialSettings:
 
 
 def load_recipe(config: Mapping[str, Any]) -> TrialRecipe:
-    """The recipe a trial process runs: its suite's plugins imported first (they may register
-    the entries it names), then its config parsed (`TrialRecipe.from_config`)."""
+    """The recipe a trial process runs: the installed plugins and its suite's plugins imported
+    first (they may register the entries it names), then its config parsed
+    (`TrialRecipe.from_config`)."""
+    installed_plugins()
     for module in config.get("plugins", ()):
         importlib.import_module(module)
     return TrialRecipe.from_config(config)

@@ -61,13 +61,18 @@ def version_changes(environment: dict[str, Any] | None, recipe: TrialRecipe) -> 
     before = environment.get("method_versions") or {}
     after = trial_versions(recipe)
     for name in sorted(set(before) | set(after)):
-        if name != "libraries" and before.get(name, 1) != after.get(name, 1):
+        if name not in ("libraries", "plugins") and before.get(name, 1) != after.get(name, 1):
             changes.append(f"{name} version {before.get(name, 1)} -> {after.get(name, 1)}")
     libraries_before, libraries_after = before.get("libraries", {}), after.get("libraries", {})
     for name in sorted(set(libraries_before) | set(libraries_after)):
         old, new = libraries_before.get(name, "baseline"), libraries_after.get(name, "baseline")
         if old != new:
             changes.append(f"{name} {old} -> {new}")
+    plugins_before, plugins_after = before.get("plugins", {}), after.get("plugins", {})
+    for name in sorted(set(plugins_before) | set(plugins_after)):
+        old, new = plugins_before.get(name, "none"), plugins_after.get(name, "none")
+        if old != new:
+            changes.append(f"plugin {name} source {old[:12]} -> {new[:12]}")
     return changes
 
 

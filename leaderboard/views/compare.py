@@ -9,7 +9,14 @@ from harness.ranking import Ranking, RankRow, TrialOutcome
 from harness.records import DONE
 from harness.registry import METRICS
 from leaderboard import data
-from leaderboard.charts import HeatmapScale, layer_heatmap, learning_curves, pareto_plot
+from leaderboard.charts import (
+    HeatmapScale,
+    layer_heatmap,
+    layer_profile,
+    learning_curves,
+    pareto_plot,
+)
+from leaderboard.layers import default_profiles, final_profiles, profile_names
 from leaderboard.state import Context, board, current
 from leaderboard.text import plain
 
@@ -42,6 +49,9 @@ def render(context: Context) -> None:
     curves(context, shown)
     st.header("Layer statistics")
     heatmaps(context, shown, methods)
+    st.header(f"Layer profiles across models ({plain(group[0])})")
+    across = {o.key: f"{o.model} / {o.method}" for o in ranked.tuned if o.task == group[0]}
+    profiles(context, across)
     st.header("Pareto fronts")
     pareto(context, ranked.ranking, rows, trials)
 
@@ -77,6 +87,24 @@ def heatmaps(context: Context, method_of: dict[str, str], methods: list[str]) ->
     for index, method in enumerate(m for m in methods if m in set(stats["method"])):
         figure = layer_heatmap(stats[stats["method"] == method], f"{method}: {name}", scale)
         columns[index % 2].plotly_chart(figure)
+
+
+def profiles(context: Context, line_of: dict[str, str]) -> None:
+    """Each model's (and method's) layer statistics at its trials' last step, along relative
+    depth, so models of different depths compare (evaluated pretrained models among them)."""
+    stats = data.layer_stats(context.engine, list(line_of))
+    if stats.empty:
+        st.info("No layer statistics are stored for this task's trials.")
+        return
+    names = profile_names(stats)
+    chosen = st.multiselect(
+        "Statistics", names, default=default_profiles(names)[:2], key="cmp:profiles"
+    )
+    st.caption("Mean over seeds at each trial's last step; x: layer / (layers - 1).")
+    columns = st.columns(2)
+    for index, name in enumerate(chosen):
+        rows = final_profiles(stats, name, line_of)
+        columns[index % 2].plotly_chart(layer_profile(rows, name, relative_depth=True))
 
 
 def pareto(

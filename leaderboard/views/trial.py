@@ -10,7 +10,8 @@ from harness.repro import rerun_trial
 from harness.store.db import redact
 from harness.store.models import Trial
 from leaderboard import data
-from leaderboard.charts import curve_metric, learning_curves
+from leaderboard.charts import curve_metric, head_heatmap, layer_profile, learning_curves
+from leaderboard.layers import by_step, default_profiles, heads, peak, profile_names
 from leaderboard.links import mlflow_base_url, mlflow_run_url, suite_file, trial_page_url
 from leaderboard.state import Context, current, last_declaration, selected_trials
 from leaderboard.tables import dashed
@@ -95,6 +96,7 @@ def show(context: Context, detail: data.TrialDetail) -> None:
         hide_index=True,
     )
     curve(context, trial.key, f"{trial.method} seed {trial.seed}")
+    layers(context, trial.key)
     repro(context, trial)
     config, environment = st.columns(2)
     config.markdown("**Resolved config**")
@@ -116,6 +118,27 @@ def curve(context: Context, key: str, name: str) -> None:
         st.caption(f"No {plain(ranked)} series is stored for this trial: showing {plain(metric)}.")
     series = data.series(context.engine, [key], metric)
     st.plotly_chart(learning_curves(series.assign(method=name), metric, "step"))
+
+
+def layers(context: Context, key: str) -> None:
+    """Layer profiles: each chosen statistic along depth (a line per evaluation step shown), the
+    peak activation, and attention-sink mass per layer and head."""
+    stats = data.layer_stats(context.engine, [key])
+    st.markdown("**Layer profiles**")
+    if stats.empty:
+        st.caption("No layer statistics are stored for this trial.")
+        return
+    names = profile_names(stats)
+    chosen = st.multiselect("Layer statistics", names, default=default_profiles(names))
+    where = peak(stats)
+    if where:
+        st.caption(where)
+    columns = st.columns(2)
+    for index, name in enumerate(chosen):
+        columns[index % 2].plotly_chart(layer_profile(by_step(stats, name), name))
+    per_head = heads(stats)
+    if not per_head.empty:
+        st.plotly_chart(head_heatmap(per_head, "attention_sink per head"))
 
 
 def repro(context: Context, trial: Trial) -> None:

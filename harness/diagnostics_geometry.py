@@ -1,0 +1,133 @@
+"""The seed's geometric layer diagnostics, recorded beside `harness.diagnostics`'s (SPEC 5.7).
+
+Representations (per block l, on the fixed probe batch, tokens as rows):
+- `effective_rank`: the entropy-based effective rank of the block's output (Roy & Vetterli 2007);
+- `tokenwise_share`: the share of the block's update explained by a tokenwise map (Yoo 2026,
+  "On the Geometric Structure of Layer Updates in Deep Language Models", arXiv:2604.02459).
+Weights (per block l, needing the weights' history across a run, `WeightTracker`):
+- `layer_rotation`: cosine distance of the block's weights to their initial values
+  (Carbonnelle & De Vleeschouwer 2018, "Layer rotation");
+- `spectral_norm/<matrix>`: the largest singular value of each weight matrix of the block, by
+  power iteration warm-started from the previous evaluation's vectors.
+
+The seed's feature-norm score (the negative-aware norm, NAN, of "Understanding the Feature Norm
+for Out-of-Distribution Detection") is not recorded: its abstract defines it only for a
+classifier's hidden features told apart in- from out-of-distribution, and neither it nor code
+found from it pins down the formula, so a guess would not be the paper's score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from harness.records import LayerStat
+
+NEIGHBOURS = 16
+"""Tokens in each token's neighbourhood when fitting its tokenwise map."""
+MAX_TOKENS = 512
+"""Probe tokens used by the tokenwise fit (its cost is quadratic in them): the first ones."""
+POWER_ITERATIONS = 30
+"""Most power iterations per matrix and evaluation (warm starts converge in a few)."""
+POWER_TOLERANCE = 1e-6
+"""Relative change of the estimate below which the power iteration stops."""
+
+
+def effective_rank(matrix: Tensor) -> float:
+    """exp(H(p)) with p_k = s_k / sum(s) the normalised singular values of `matrix` and H the
+    Shannon entropy (Roy & Vetterli 2007, "The effective rank: a measure of effective
+    dimensionality", EUSIPCO): k for k equal nonzero singular values, near min(n, d) for an
+    isotropic Gaussian n x d matrix."""
+    singular = torch.linalg.svdvals(matrix.double())
+    p = singular / singular.sum()
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
+
+
+def tokenwise_share(inputs: Tensor, outputs: Tensor, neighbours: int = NEIGHBOURS) -> float:
+    """The share of the update `outputs - inputs` (tokens as rows) captured by its tokenwise
+    component (Yoo 2026, arXiv:2604.02459): the transition h_out = T(h_in) + r is split into a
+    per-token map T(x_i) = A(x_i) x_i, fitted locally on the k nearest neighbours of x_i in the
+    input space within a restricted class (here the paper's diagonal maps, by least squares per
+    channel), and the residual r that class cannot capture. Returns 1 - ||r||^2 / ||Δ||^2
+    with Δ = h_out - h_in (the residual of h_out equals that of the update, as the identity
+    is diagonal): 1 when every update is tokenwise, 0 or less when none of it is."""
+    x, y = inputs[:MAX_TOKENS].double(), outputs[:MAX_TOKENS].double()
+    k = min(neighbours, x.shape[0])
+    nearest = torch.cdist(x, x).topk(k, largest=False).indices  # (n, k), itself included
+    xs, ys = x[nearest], y[nearest]  # (n, k, d)
+    diagonal = (xs * ys).sum(1) / (xs.square().sum(1) + torch.finfo(x.dtype).eps)
+    residual = y - diagonal * x
+    update = y - x
+    return float(1.0 - residual.square().sum() / update.square().sum())
+
+
+def representation_stats(hidden: Sequence[Tensor], step: int) -> list[LayerStat]:
+    """Effective rank of each block's output and the tokenwise share of each block's update,
+    from the embedding output and block outputs (`harness.diagnostics.hidden_states`)."""
+    stats = []
+    for layer, (h_in, h_out) in enumerate(pairwise(hidden)):
+        x, y = h_in.flatten(0, -2), h_out.flatten(0, -2)
+        stats += [
+            LayerStat(step, layer, "effective_rank", effective_rank(y)),
+            LayerStat(step, layer, "tokenwise_share", tokenwise_share(x, y)),
+        ]
+    return stats
+
+
+def cosine_distance(current: Sequence[Tensor], initial: Sequence[Tensor]) -> float:
+    """1 - cos(w, w0) of the concatenated tensors (Carbonnelle & De Vleeschouwer 2018)."""
+    w = torch.cat([t.detach().flatten().double() for t in current])
+    w0 = torch.cat([t.flatten().double() for t in initial])
+    return float(1.0 - F.cosine_similarity(w, w0, dim=0))
+
+
+def spectral_norm(matrix: Tensor, start: Tensor) -> tuple[float, Tensor]:
+    """The largest singular value of `matrix` by power iteration on M^T M from `start` (a
+    right vector), and the vector it ends at, to warm-start the next evaluation."""
+    m = matrix.detach().float()
+    v = start / start.norm()
+    estimate = 0.0
+    for _ in range(POWER_ITERATIONS):
+        u = m @ v
+        w = m.T @ u
+        norm = float(w.norm())
+        if norm == 0.0:
+            return 0.0, v
+        v = w / norm
+        previous, estimate = estimate, float(u.norm())
+        if abs(estimate - previous) <= POWER_TOLERANCE * estimate:
+            break
+    return float((m @ v).norm()), v
+
+
+class WeightTracker:
+    """Layer rotation and spectral norms of a run's blocks across evaluations: it keeps the
+    weights at creation (step 0) and each matrix's last power-iteration vector."""
+
+    def __init__(self, layers: Sequence[nn.Module], seed: int = 0) -> None:
+        self.layers = layers
+        self.initial = [[p.detach().clone() for p in layer.parameters()] for layer in layers]
+        generator = torch.Generator().manual_seed(seed)
+        self.vectors = {
+            (index, name): torch.randn(p.shape[1], generator=generator).to(p.device)
+            for index, layer in enumerate(layers)
+            for name, p in layer.named_parameters()
+            if p.ndim == 2
+        }
+
+    @torch.no_grad()
+    def stats(self, step: int) -> list[LayerStat]:
+        stats = []
+        for index, layer in enumerate(self.layers):
+            rotation = cosine_distance(list(layer.parameters()), self.initial[index])
+            stats.append(LayerStat(step, index, "layer_rotation", rotation))
+            for name, p in layer.named_parameters():
+                if p.ndim == 2:
+                    value, self.vectors[index, name] = spectral_norm(p, self.vectors[index, name])
+                    stats.append(LayerStat(step, index, f"spectral_norm/{name}", value))
+        return stats
