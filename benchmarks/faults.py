@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from harness.registry import OPTIMIZERS
-from harness.spec.schema import OptimizerSpec
+from harness.spec.sections import OptimizerSpec
 
 RUNNER_PID = "LB_RUNNER_PID"
 in_trial = multiprocessing.parent_process() is not None

@@ -35,7 +35,7 @@ from harness.models.gpt import GPT, GPTSpec, build_gpt
 from harness.records import LayerStat, PlannedTrial, SeriesPoint, Status, TrialResult
 from harness.spec.declaration import RankingDeclaration
 from harness.spec.recipe import model_norm
-from harness.spec.schema import NormSpec
+from harness.spec.sections import NormSpec
 from harness.store.db import finished, finite, result_rows, suite_run
 from harness.store.models import LayerStatistic, MetricPoint, Result, Trial
 

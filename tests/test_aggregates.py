@@ -10,7 +10,7 @@ from harness.core import TrialOutcome
 from harness.ranking import overall_table, rank
 from harness.ranking.aggregates import Standing
 from harness.registry import AGGREGATES
-from harness.spec.schema import RankSpec
+from harness.spec.rank import RankSpec
 from tests.factories import outcomes
 
 

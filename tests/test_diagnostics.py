@@ -21,7 +21,7 @@ from harness.runner.trial import BuiltTrial, Clock, build, prepare, train
 from harness.spec import load_suite
 from harness.spec.declaration import RankingDeclaration
 from harness.spec.plan import plan_suite
-from harness.spec.schema import NormSpec
+from harness.spec.sections import NormSpec
 from harness.store.db import StoreLedger, open_database, suite_run
 from harness.store.models import LayerStatistic
 from harness.store.models import Trial as StoredTrial

@@ -25,7 +25,7 @@ from harness.ranking.suite import RankPlan, ranked_metrics
 from harness.spec import SuiteError, load_suite
 from harness.spec.declaration import RankingDeclaration
 from harness.spec.plan import plan_suite
-from harness.spec.schema import Claim, RankSpec, SeedSchedule, TargetSpec
+from harness.spec.rank import Claim, RankSpec, SeedSchedule, TargetSpec
 from harness.store.db import make_engine, upgrade
 from harness.store.models import SuiteRun
 from harness.tasks.trivial import trivial_name

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from harness.lazy_registry import UnknownNameError
 from harness.methods.placement import PostNorm, PreNorm
 from harness.models.gpt import (
     GPT,
@@ -27,11 +28,11 @@ from harness.models.gpt import (
 )
 from harness.models.gpt_hf import GPTForCausalLM, as_pretrained
 from harness.records import TrialResult
-from harness.registry import MODELS, NORM_TYPES, UnknownNameError
+from harness.registry import MODELS, NORM_TYPES
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
-from harness.spec.schema import NormSpec, ParamsModel
+from harness.spec.sections import NormSpec, ParamsModel
 from tests.factories import tiny_gpt, write_suite
 
 VOCAB, BATCH, SEQ = 37, 2, 12

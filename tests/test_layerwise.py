@@ -14,7 +14,7 @@ from harness.methods.optimizers import make_optimizer
 from harness.methods.param_roles import model_layers
 from harness.registry import LAYERWISE, SCHEDULES
 from harness.spec import SuiteError, load_suite
-from harness.spec.schema import OptimizerSpec
+from harness.spec.sections import OptimizerSpec
 from tests import factories
 
 

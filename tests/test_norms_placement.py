@@ -12,11 +12,12 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 from torch import Tensor, nn
 
+from harness.lazy_registry import UnknownNameError
 from harness.methods.catalog import MixParams
 from harness.methods.norms import llm_alpha_init
 from harness.models.gpt import GPT
-from harness.registry import NORM_PLACEMENTS, NORM_TYPES, UnknownNameError
-from harness.spec.schema import NormSpec
+from harness.registry import NORM_PLACEMENTS, NORM_TYPES
+from harness.spec.sections import NormSpec
 from tests.factories import tiny_gpt
 
 DIM, EPS = 16, 1e-5

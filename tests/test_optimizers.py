@@ -17,7 +17,7 @@ from harness.registry import OPTIMIZERS, SCHEDULES
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.spec.resolve import resolved_optimizer
-from harness.spec.schema import NormSpec, OptimizerSpec
+from harness.spec.sections import NormSpec, OptimizerSpec
 from tests import factories
 from tests.factories import write_suite
 

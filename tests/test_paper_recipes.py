@@ -14,7 +14,7 @@ from torch import nn
 from harness.models.gpt import GPT, GPTSpec, build_gpt
 from harness.registry import NORM_PLACEMENTS
 from harness.spec.recipe import model_norm
-from harness.spec.schema import NormSpec
+from harness.spec.sections import NormSpec
 from tests.factories import tiny_gpt
 
 VOCAB = 37

@@ -19,7 +19,7 @@ from harness.models.gpt import GPTSpec, build_gpt
 from harness.models.gpt_hf import as_pretrained
 from harness.registry import PRUNING
 from harness.spec.recipe import model_norm
-from harness.spec.schema import NormSpec, PruneSpec
+from harness.spec.sections import NormSpec, PruneSpec
 from tests.factories import tiny_gpt
 
 VOCAB, LAYERS, D_MODEL = 48, 5, 32

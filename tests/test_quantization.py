@@ -26,7 +26,7 @@ from harness.methods.quantization import (
 )
 from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
 from harness.spec import SuiteError, load_suite
-from harness.spec.schema import QuantizeSpec
+from harness.spec.sections import QuantizeSpec
 from tests.factories import ROOT, tiny_gpt, tiny_llama, write_suite
 
 VOCAB = 40

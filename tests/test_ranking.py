@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from harness.core import Direction
+from harness.lazy_registry import RegistryError
 from harness.ranking import (
     Ranking,
     RankRow,
@@ -21,8 +22,7 @@ from harness.ranking import (
     rank,
     rich_table,
 )
-from harness.registry import RegistryError
-from harness.spec.schema import RankSpec
+from harness.spec.rank import RankSpec
 from harness.stats.outcomes import select_tuned
 from harness.stats.paired import holm, paired_test
 from tests.factories import outcomes, scipy_percentile_ci

@@ -18,7 +18,7 @@ from harness.ranking import Ranking, TrialOutcome, format_ranking, group_table, 
 from harness.runner.trial import build, prepare
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
-from harness.spec.schema import RankSpec
+from harness.spec.rank import RankSpec
 from harness.stats.examples import mcnemar_test, weight_name, wilson_ci
 from harness.store.db import make_engine, upgrade
 from harness.tasks.base import weight_name as task_weight_name

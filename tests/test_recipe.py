@@ -17,7 +17,7 @@ from harness.registry import EvalTaskEntry, PretrainedModelEntry, TrainTaskEntry
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.spec.recipe import TrialKind, TrialRecipe, model_norm, stored_recipe
-from harness.spec.schema import NormSpec
+from harness.spec.sections import NormSpec
 from harness.store.models import Trial
 from tests.factories import ROOT
 

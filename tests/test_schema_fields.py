@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from harness import registry as registry_module
-from harness.registry import Registry
+from harness.lazy_registry import Registry
 from harness.spec import SuiteError, load_suite
 from harness.spec.schema import Suite
 from tests.factories import ROOT, write_suite

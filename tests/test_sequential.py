@@ -25,7 +25,8 @@ from harness.service.rounds import (
     unneeded_trials,
     wanted_trials,
 )
-from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
+from harness.spec.rank import Claim, RankSpec, SeedSchedule
+from harness.spec.schema import Suite
 from harness.stats.design import Schedule
 from harness.stats.design import directional as simulate_directional
 from harness.stats.design import tie as simulate_tie

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from harness.ranking import Ranking, RankRow, Target, TrialOutcome, format_ranking, rank
-from harness.spec.schema import RankSpec
+from harness.spec.rank import RankSpec
 from harness.store.models import Result, Trial
 from tests.factories import invoke, write_suite
 

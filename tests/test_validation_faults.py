@@ -9,7 +9,7 @@ from pydantic import model_validator
 
 from harness.spec import SuiteError, load_suite
 from harness.spec.loader import Locator, validated
-from harness.spec.schema import StrictModel
+from harness.spec.sections import StrictModel
 from tests.factories import invoke, write_suite
 
 

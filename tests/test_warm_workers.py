@@ -19,7 +19,7 @@ from harness.runner.trial import run_trial
 from harness.runner.warm import train_task, warm_spec
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
-from harness.spec.schema import QuantizeSpec
+from harness.spec.sections import QuantizeSpec
 from harness.tasks.lm import LMTask
 from tests.factories import MemoryLedger, stored, write_suite
 

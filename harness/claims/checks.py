@@ -59,7 +59,7 @@ from harness.claims.sequential import CheckDecision, CheckInput, decide
 from harness.claims.verdicts import Finding, RecipeCheck, claim_verdict
 from harness.core import Direction, TrialOutcome
 from harness.registry import METRICS
-from harness.spec.schema import Claim, SeedSchedule, Tuning, tuning_seeds
+from harness.spec.rank import Claim, SeedSchedule, Tuning, tuning_seeds
 from harness.stats.intervals import finite_or_none, row_stds, t_ci
 from harness.stats.outcomes import SeedMatrix, seed_matrix, select_tuned
 from harness.stats.paired import holm, paired_test

@@ -18,7 +18,7 @@ from harness.claims.verdicts import (
     CheckVerdict,
     RecipeCheck,
 )
-from harness.spec.schema import Claim
+from harness.spec.rank import Claim
 from harness.stats.intervals import finite_or_none, t_ci
 from harness.stats.paired import seeds_needed, sign_test
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.spec.rank import Claim
 from harness.spec.resolve import matrix_cells
-from harness.spec.schema import Claim, Suite
+from harness.spec.schema import Suite
 from harness.stats.design import EFFECTS, NULLS, Rule, Schedule, null_rate, power, tie
 
 DEFAULT_REPS = 2_000

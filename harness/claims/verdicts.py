@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from harness.claims.sequential import SequentialCheck, summary
-from harness.spec.schema import ClaimDirection
+from harness.spec.rank import ClaimDirection
 
 CheckVerdict = Literal["reproduced", "contradicted", "inconclusive", "not tested"]
 ClaimVerdict = Literal[

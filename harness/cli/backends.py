@@ -109,7 +109,8 @@ class BackendChoice:
 def backend_choice(workers: int, chosen: dict[str, Any]) -> BackendChoice:
     """The backend named by `--backend` with its options (`chosen`: by parameter name, as in
     `BACKEND_OPTIONS`); an unknown name exits 2 with the closest known one."""
-    from harness.registry import BACKENDS, UnknownNameError
+    from harness.lazy_registry import UnknownNameError
+    from harness.registry import BACKENDS
     from harness.runner.backend import BackendOptions
 
     try:

@@ -111,7 +111,7 @@ def plan_lines(
 ) -> list[str]:
     """One line per trial: key, status, value of the ranking metric, tuned mark, label."""
     from harness.registry import METRICS
-    from harness.spec.schema import tuning_seeds
+    from harness.spec.rank import tuning_seeds
     from harness.stats.outcomes import metric_value, select_tuned
 
     metric = suite.rank.metric
@@ -146,8 +146,8 @@ def build_ranking(
 ) -> Ranking | None:
     """The ranking of the suite's current trials (`harness.ranking.suite.rank_suite`: the last
     nightly run's when it is newer than `layerbench run`'s)."""
+    from harness.lazy_registry import RegistryError
     from harness.ranking.suite import RankOverrides, rank_suite
-    from harness.registry import RegistryError
 
     overrides = RankOverrides(metric=metric, all_points=all_points)
     try:
@@ -218,7 +218,7 @@ def report(
 ) -> None:
     """Write a markdown report of the suite's stored results with static figures (PNG), or with
     --html one HTML file with interactive figures that opens without a server or network."""
-    from harness.registry import RegistryError
+    from harness.lazy_registry import RegistryError
     from leaderboard.html_report import report_command, write_html
     from leaderboard.report import ReportError, write_report
 

@@ -23,7 +23,7 @@ from harness.registry import (
     SCHEDULES,
 )
 from harness.spec.constraints import LAYOUT_OPTIONS
-from harness.spec.schema import ParamsModel
+from harness.spec.sections import ParamsModel
 
 
 class MixParams(ParamsModel):

@@ -22,7 +22,7 @@ from harness.methods.catalog import LisaParams, LLRParams, LrDepthParams, WdScal
 from harness.methods.layers import blocks, linears
 from harness.methods.optimizers import Composite, method_params
 from harness.methods.param_roles import model_layers
-from harness.spec.schema import LayerwiseSpec
+from harness.spec.sections import LayerwiseSpec
 
 
 def split_groups(optimizer: torch.optim.Optimizer, key: Callable[[nn.Parameter], Hashable]) -> None:

@@ -26,7 +26,7 @@ from harness.methods.catalog import (
 from harness.methods.param_roles import model_layers, trainable
 from harness.methods.update_rules import NS_DTYPES, RMNP, Closure, Muon, SinkGD, closure_loss
 from harness.registry import LAYERWISE, OPTIMIZERS
-from harness.spec.schema import OptimizerSpec
+from harness.spec.sections import OptimizerSpec
 
 P = TypeVar("P", bound=BaseModel)
 

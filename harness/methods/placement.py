@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from harness.methods.norms import NormRole
 from harness.registry import NORM_PLACEMENTS
-from harness.spec.schema import InitProfile
+from harness.spec.sections import InitProfile
 
 MakeNorm = Callable[[NormRole], nn.Module]
 Sublayer = Callable[[Tensor], Tensor]

@@ -25,7 +25,7 @@ from harness.methods.layers import (
 )
 from harness.registry import PRUNING, PruneTarget
 from harness.spec.constraints import layers_to_remove, prune_problems
-from harness.spec.schema import PruneSpec
+from harness.spec.sections import PruneSpec
 
 
 @dataclass(frozen=True)

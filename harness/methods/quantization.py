@@ -36,7 +36,7 @@ from harness.methods.layers import blocks, linears
 from harness.methods.pruning import highest
 from harness.registry import LAYER_IMPORTANCE, QUANTIZERS
 from harness.spec.constraints import quantize_problems
-from harness.spec.schema import QuantizeSpec
+from harness.spec.sections import QuantizeSpec
 from harness.utils import intra_op_threads
 
 GPTQ_BATCH = 128  # columns per lazy batch update (the authors' `blocksize`)

@@ -10,7 +10,7 @@ from torch import nn
 
 from harness.methods.layers import linears
 from harness.methods.quantization import QuantizedWeight, group_size, stored
-from harness.spec.schema import QuantizeSpec
+from harness.spec.sections import QuantizeSpec
 
 HQQ_GROUPED_AXIS = 0  # groups of `group_size` weights down a column: the authors' low-bit setting
 HQQ_ROW_AXIS = 1  # one group per output row

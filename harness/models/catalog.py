@@ -12,7 +12,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from harness.cache import missing_model
 from harness.registry import MODELS, PretrainedModelEntry
 from harness.spec.constraints import BlockShape
-from harness.spec.schema import InitProfile, StrictModel
+from harness.spec.sections import InitProfile, StrictModel
 
 
 def default_d_ff(d_model: int, mlp: str) -> int:

@@ -29,7 +29,7 @@ from harness.methods.placement import SublayerNorms, init_recipe
 from harness.models.catalog import GPTSpec, check_heads, default_d_ff
 from harness.registry import NORM_PLACEMENTS, NORM_TYPES
 from harness.spec.recipe import ModelNorm
-from harness.spec.schema import NormSpec
+from harness.spec.sections import NormSpec
 
 ROPE_BASE = 10000.0
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {

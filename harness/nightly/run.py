@@ -41,7 +41,7 @@ from harness.runner.backend import Executor
 from harness.service.run import Display, ProgressDisplay, Tracker
 from harness.spec import Suite
 from harness.spec.declaration import RankingDeclaration
-from harness.spec.schema import tuning_seeds
+from harness.spec.rank import tuning_seeds
 from harness.stats.outcomes import metric_value, select_tuned
 from harness.store.db import finite
 from harness.store.models import Alert, SuiteRun

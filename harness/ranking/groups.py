@@ -34,7 +34,7 @@ from harness.ranking.records import (
     TimeToTarget,
     Unit,
 )
-from harness.spec.schema import CIMethod
+from harness.spec.rank import CIMethod
 from harness.stats.examples import (
     ExampleOutcomes,
     example_ci,

@@ -23,7 +23,7 @@ from harness.core import (
     point_label,
     seed_key,
 )
-from harness.spec.schema import TargetSpec
+from harness.spec.rank import TargetSpec
 
 Target = TargetSpec
 """A value of a metric to reach (`rank.target`), as the suite declares it."""

@@ -33,7 +33,7 @@ from harness.ranking.outcomes import fastest_hits, sweep_sizes
 from harness.ranking.records import MethodSummary, Ranking, RankRow
 from harness.ranking.ties import with_tie_groups
 from harness.registry import METRICS
-from harness.spec.schema import RankSpec
+from harness.spec.rank import RankSpec
 from harness.stats.examples import ExampleOutcomes
 from harness.stats.intervals import BOOTSTRAP_MIN_N
 from harness.stats.outcomes import select_tuned, swept

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from harness.core import Direction
 from harness.ranking.outcomes import Target
-from harness.spec.schema import CIMethod, Tuning
+from harness.spec.rank import CIMethod, Tuning
 
 if TYPE_CHECKING:
     from harness.claims import Finding

@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any
 from harness.cache import DataMissingError
 from harness.claims import IMPLICIT_SOURCE, Finding, TrivialLevels, findings
 from harness.core import TrialOutcome
+from harness.lazy_registry import RegistryError
 from harness.ranking.outcomes import each_point
 from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
-from harness.registry import TASKS, RegistryError, TrainTaskEntry
+from harness.registry import TASKS, TrainTaskEntry
 from harness.spec.declaration import RankingDeclaration
-from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite, tuning_seeds
+from harness.spec.rank import Claim, RankSpec, SeedSchedule, tuning_seeds
+from harness.spec.schema import Suite
 from harness.stats.examples import ExampleOutcomes
 from harness.store.coverage import unstored_notes
 from harness.store.nightly import latest_results

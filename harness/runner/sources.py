@@ -22,8 +22,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from harness.lazy_registry import Entry
 from harness.logs import detach_stream_handlers
-from harness.registry import FAMILY_TABLE, Entry
+from harness.registry import FAMILY_TABLE
 from harness.spec.digest import Parsed, source_of
 
 LOCK = Path(__file__).with_name("entry_sources.json")

@@ -158,7 +158,7 @@ def warm_step() -> None:
     from harness.models.catalog import GPTSpec
     from harness.models.gpt import build_gpt
     from harness.spec.recipe import model_norm
-    from harness.spec.schema import NormSpec
+    from harness.spec.sections import NormSpec
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -22,7 +22,8 @@ from harness.core import CellKey, TrialOutcome, cell_of, point_label
 from harness.ranking.suite import RankPlan, claim_findings, plan_of, ranked_metrics
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import METRICS
-from harness.spec.schema import RankSpec, SeedSchedule, Suite
+from harness.spec.rank import RankSpec, SeedSchedule
+from harness.spec.schema import Suite
 from harness.stats.outcomes import select_tuned
 
 

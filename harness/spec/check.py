@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from harness.lazy_registry import Entry, Registry, UnknownNameError, suggest
 from harness.registry import (
     LAYER_IMPORTANCE,
     LAYERWISE,
@@ -20,12 +21,8 @@ from harness.registry import (
     QUANTIZERS,
     SCHEDULES,
     TASKS,
-    Entry,
     EvalTaskEntry,
     PretrainedModelEntry,
-    Registry,
-    UnknownNameError,
-    suggest,
 )
 from harness.spec.constraints import BlockShape, prune_problems, quantize_problems
 from harness.spec.loader import (
@@ -41,13 +38,8 @@ from harness.spec.loader import (
 )
 from harness.spec.recipe import declared_params
 from harness.spec.resolve import ResolveError, matrix_cells, trial_settings
-from harness.spec.schema import (
-    LayerwiseSpec,
-    NormSpec,
-    OptimizerSpec,
-    Suite,
-    TrialSettings,
-)
+from harness.spec.schema import Suite, TrialSettings
+from harness.spec.sections import LayerwiseSpec, NormSpec, OptimizerSpec
 
 CORE_FIELDS = {"norm": NormSpec.model_fields, "optimizer": OptimizerSpec.model_fields}
 

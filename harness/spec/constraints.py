@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from harness.spec.schema import PruneSpec, QuantizeSpec
+from harness.spec.sections import PruneSpec, QuantizeSpec
 
 Loc = tuple[str | int, ...]
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.spec.schema import Claim, RankSpec, SeedSchedule, Suite
+from harness.spec.rank import Claim, RankSpec, SeedSchedule
+from harness.spec.schema import Suite
 
 
 class RankingDeclaration(BaseModel):

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
+from harness.lazy_registry import Entry, Registry
 from harness.registry import (
     LAYERWISE,
     MODELS,
@@ -27,10 +28,9 @@ from harness.registry import (
     OPTIMIZERS,
     SYNTHETIC_KINDS,
     TASKS,
-    Entry,
-    Registry,
 )
-from harness.spec.schema import LayerwiseSpec, NormSpec, OptimizerSpec, Suite
+from harness.spec.schema import Suite
+from harness.spec.sections import LayerwiseSpec, NormSpec, OptimizerSpec
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SECTIONS: dict[str, Registry[Any]] = {"models": MODELS, "tasks": TASKS}

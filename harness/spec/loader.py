@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from harness.registry import UnknownNameError, suggest
+from harness.lazy_registry import UnknownNameError, suggest
 from harness.spec.plugins import PluginImportError, installed_plugins
 
 Loc = tuple[str | int, ...]

@@ -27,16 +27,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.env import cuda_available, method_library_versions, package_versions
+from harness.lazy_registry import INITIAL_VERSION, Entry, suggest
 from harness.records import PlannedTrial
-from harness.registry import (
-    FAMILY_TABLE,
-    INITIAL_VERSION,
-    MODELS,
-    TASKS,
-    Entry,
-    ModelEntry,
-    suggest,
-)
+from harness.registry import FAMILY_TABLE, MODELS, TASKS, ModelEntry
 from harness.spec.plugins import is_plugin, plugin_digest
 from harness.spec.recipe import TrialRecipe, parsed_section, resolved_settings
 from harness.spec.resolve import matrix_cells, trial_settings

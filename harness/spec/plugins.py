@@ -17,7 +17,7 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
 
-from harness.registry import Entry
+from harness.lazy_registry import Entry
 from harness.spec.digest import IMPLEMENTATION_PACKAGES, source_of
 
 ENTRY_POINT_GROUP = "layerbench.plugins"

@@ -27,31 +27,23 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
 
+from harness.lazy_registry import Entry, Registry
 from harness.registry import (
     MODELS,
     NORM_PLACEMENTS,
     NORM_TYPES,
     TASKS,
-    Entry,
     EvalTaskEntry,
     ModelEntry,
     PretrainedModelEntry,
-    Registry,
     TaskEntry,
     TrainableModelEntry,
     TrainTaskEntry,
 )
 from harness.spec.plugins import installed_plugins
 from harness.spec.resolve import resolve_compile, resolve_precision, resolved_optimizer
-from harness.spec.schema import (
-    DEFAULT_THREADS,
-    NormSpec,
-    OptimizerSpec,
-    PruneSpec,
-    QuantizeSpec,
-    TrainSpec,
-    TrialSettings,
-)
+from harness.spec.schema import DEFAULT_THREADS, TrialSettings
+from harness.spec.sections import NormSpec, OptimizerSpec, PruneSpec, QuantizeSpec, TrainSpec
 
 E = TypeVar("E", bound=Entry[Any])
 RunPrecision = Literal["fp32", "bf16", "fp16"]

@@ -12,19 +12,28 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Discriminator,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
-    Tag,
-    model_validator,
 )
 
-from harness.registry import AGGREGATES
+from harness.spec.rank import (
+    Claim,
+    RankSpec,
+    Seeds,
+    SeedSchedule,
+)
+from harness.spec.sections import (
+    NormSpec,
+    OptimizerSpec,
+    Precision,
+    PruneSpec,
+    QuantizeSpec,
+    StrictModel,
+    TrainSpec,
+)
 
 SLUG = r"^[a-z0-9][a-z0-9-]*$"
 DEFAULT_THREADS = 1
@@ -40,196 +49,6 @@ def some_values(values: list[Any]) -> list[Any]:
 
 
 SweepValues = Annotated[list[Any], AfterValidator(some_values)]
-
-
-class StrictModel(BaseModel):
-    """A suite section: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", validate_default=True)
-
-
-class ParamsModel(StrictModel):
-    """Extra fields a registered method accepts (e.g. `post_fraction` for placement `mix`)."""
-
-
-class NormSpec(StrictModel):
-    """Where the norms sit in a block and which norm is used (SPEC 5.1-5.2)."""
-
-    model_config = ConfigDict(extra="allow")  # method parameters, checked against the registry
-
-    placement: str = Field(
-        "pre",
-        description="Where the norms sit in each block: a registered placement (pre, post, peri, "
-        "mix, ...; `layerbench methods`); its parameters are further keys of this section.",
-    )
-    type: str = Field(
-        "layernorm",
-        description="The norm: a registered norm type (layernorm, rmsnorm, dyt, ...); its "
-        "parameters are further keys of this section.",
-    )
-    qk_norm: bool = Field(False, description="Normalize queries and keys before attention.")
-    final_norm: bool | None = Field(
-        None, description="A norm before the output head; None: the placement's own default."
-    )
-    embed_norm: bool | None = Field(
-        None, description="A norm of the embeddings; None: the placement's default."
-    )
-    eps: PositiveFloat = Field(1e-5, description="The norms' epsilon.")
-
-
-class LayerwiseSpec(StrictModel):
-    """A layerwise treatment wrapped around the optimizer (SPEC 5.4)."""
-
-    model_config = ConfigDict(extra="allow")  # the wrapper's parameters
-
-    name: str = Field(
-        description="A registered layerwise treatment (lr_depth, llr, lisa, drop, wd_scale); its "
-        "parameters are further keys of this section."
-    )
-
-
-class OptimizerSpec(StrictModel):
-    """The optimizer and its hyperparameters (SPEC 5.3)."""
-
-    model_config = ConfigDict(extra="allow")  # optimizer-specific parameters
-
-    name: str = Field(
-        "adamw",
-        description="A registered optimizer (adamw, sgd, muon, ...; `layerbench methods`); its "
-        "parameters are further keys of this section.",
-    )
-    lr: PositiveFloat = Field(1e-3, description="The peak learning rate (the schedule scales it).")
-    weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay.")
-    betas: tuple[float, float] = Field(
-        (0.9, 0.999), description="Adam-style moment coefficients (beta1, beta2)."
-    )
-    eps: PositiveFloat = Field(1e-8, description="The optimizer's epsilon.")
-    momentum: float | None = Field(
-        None, ge=0.0, lt=1.0, description="Momentum; None: the optimizer's own default."
-    )
-    nesterov: bool | None = Field(
-        None, description="Nesterov momentum; None: the optimizer's own default."
-    )
-    layerwise: LayerwiseSpec | None = Field(
-        None, description="A layerwise treatment wrapped around the optimizer (SPEC 5.4)."
-    )
-
-
-class TrainSpec(StrictModel):
-    """The training loop's budget and schedule."""
-
-    steps: PositiveInt = Field(400, description="Optimizer steps of the training run.")
-    batch_size: PositiveInt = Field(32, description="Sequences (examples) per step.")
-    warmup_steps: NonNegativeInt = Field(
-        0, description="Steps of linear learning-rate warmup from zero."
-    )
-    schedule: str = Field(
-        "cosine",
-        description="The learning-rate schedule after warmup: a registered schedule (constant, "
-        "cosine, linear, wsd).",
-    )
-    min_lr_ratio: float = Field(
-        0.0, ge=0.0, le=1.0, description="The decaying schedules' final rate, a fraction of `lr`."
-    )
-    eval_every: PositiveInt = Field(
-        100, description="Steps between evaluations (and the last step evaluates)."
-    )
-    eval_batches: PositiveInt = Field(
-        20, description="Batches of the validation split each evaluation reads."
-    )
-    grad_clip: PositiveFloat | None = Field(
-        1.0, description="Clip the gradients' global norm to this; None: no clipping."
-    )
-    divergence_factor: PositiveFloat = Field(
-        5.0,
-        description="A loss above this factor times the initial loss (or NaN/inf) ends the "
-        "trial as `diverged`: a valid result, ranked last.",
-    )
-    log_every: PositiveInt = Field(10, description="Steps between two progress reports.")
-    diagnostics: bool = Field(
-        True, description="Layerwise statistics at every evaluation (SPEC 5.7)."
-    )
-    compile: bool | Literal["auto"] = Field(
-        "auto",
-        description="`torch.compile` (inductor) the training step's forward and backward; "
-        "evaluation stays eager. `auto`: on for CUDA, off on the CPU. The planned trial's config "
-        "holds `true` when it compiles and nothing when it runs eager (so eager trials keep "
-        "their keys).",
-    )
-
-
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
-"""`auto`: bf16 on CUDA, fp32 on the CPU; planning writes the resolved value into the trial."""
-InitProfile = Literal["gpt2", "paper", "unscaled"]
-"""gpt2: GPT-2's init; paper: the norm placement's authors' init where it differs; unscaled: no
-residual scaling whatever the placement (a paper's baselines trained with its method's init)."""
-
-
-class PruneSpec(StrictModel):
-    """Remove layers of a trained or pretrained model (SPEC 5.5): `n` or `fraction` of them."""
-
-    criterion: str = Field(
-        description="A registered pruning criterion (block_influence, linearity, last_n, ...): "
-        "which layers go."
-    )
-    n: PositiveInt | None = Field(None, description="How many layers to remove (or `fraction`).")
-    fraction: float | None = Field(
-        None, gt=0.0, lt=1.0, description="The fraction of the layers to remove (or `n`)."
-    )
-    target: Literal["block", "attention", "mlp"] = Field(
-        "block", description="What a layer is: a whole block, or its attention or MLP sublayer."
-    )
-    calibration_samples: PositiveInt = Field(
-        32, description="Sequences of training data the data-driven criteria score layers on."
-    )
-
-    @model_validator(mode="after")
-    def one_amount(self) -> PruneSpec:
-        if (self.n is None) == (self.fraction is None):
-            raise ValueError("give exactly one of `n` and `fraction`")
-        return self
-
-
-class LayerwiseQuantSpec(StrictModel):
-    """Variable bits per layer by an importance score (LayerwiseQuant, SPEC 5.6)."""
-
-    importance: str = Field(
-        "cosine",
-        description="A registered layer importance (cosine, outliers, position, random): which "
-        "blocks get `high_bits`.",
-    )
-    high_bits: int = Field(8, ge=2, le=8, description="Bits of the most important blocks.")
-    low_bits: int | None = Field(
-        None, ge=2, le=8, description="Bits of the other blocks; None: the scheme's `bits`."
-    )
-    fraction_high: float = Field(
-        0.25, ge=0.0, le=1.0, description="The fraction of the blocks that get `high_bits`."
-    )
-
-
-class QuantizeSpec(StrictModel):
-    """Quantize the weights of a trained or pretrained model (SPEC 5.6)."""
-
-    scheme: str = Field(
-        description="A registered quantization scheme (rtn, gptq, hqq, torchao_int8, "
-        "torchao_int4, quanto); each takes its own `bits` and layout options."
-    )
-    bits: int = Field(8, ge=2, le=8, description="Bits per weight.")
-    symmetric: bool = Field(
-        True, description="A symmetric grid (no zero point); False: asymmetric."
-    )
-    group_size: PositiveInt | None = Field(
-        None, description="Weights sharing one scale; None: one scale per output channel."
-    )
-    layerwise: LayerwiseQuantSpec | None = Field(
-        None, description="Variable bits per layer by an importance score (LayerwiseQuant)."
-    )
-    act_order: bool = Field(
-        False, description="GPTQ: quantize columns by decreasing Hessian diagonal."
-    )
-    damp: float = Field(
-        0.01, gt=0.0, lt=1.0, description="GPTQ: dampening, a fraction of mean(diag(H))."
-    )
 
 
 class TrialSettings(StrictModel):
@@ -294,178 +113,6 @@ class MatrixEntry(StrictModel):
     methods: list[str] = Field(min_length=1, description="Methods of the suite.")
     models: list[str] = Field(min_length=1, description="Models of the suite.")
     tasks: list[str] = Field(min_length=1, description="Tasks of the suite.")
-
-
-class TargetSpec(StrictModel):
-    """A value of `metric` to reach: one for every task, or a map task -> value (AlgoPerf sets
-    one target per workload)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    metric: str = Field(description="The metric whose value is the target.")
-    value: float | dict[str, float] = Field(
-        description="The target: one value for every task, or a map task -> value."
-    )
-
-    def value_for(self, task: str) -> float | None:
-        """The target of `task`; None when a per-task target names no value for it."""
-        if isinstance(self.value, dict):
-            return self.value.get(task)
-        return self.value
-
-    def describe(self) -> str:
-        if isinstance(self.value, dict):
-            values = ", ".join(f"{task} {value:g}" for task, value in self.value.items())
-            return f"{self.metric} = {values}"
-        return f"{self.metric} = {self.value:g}"
-
-
-Tuning = Literal["per_method", "per_seed"]
-CIMethod = Literal["t", "bootstrap", "bca"]
-ClaimDirection = Literal["better", "worse", "tie"]
-
-
-def known_aggregate(name: str) -> str:
-    """An overall statistic of `harness.registry.AGGREGATES` (an unknown one: "did you mean")."""
-    AGGREGATES.entry(name)
-    return name
-
-
-Aggregate = Annotated[str, AfterValidator(known_aggregate)]
-
-
-class RankSpec(StrictModel):
-    """How the suite is ranked (harness/ranking): metric, tuning, intervals, overall order."""
-
-    metric: str = Field(
-        "val_loss",
-        description="The primary metric; its direction comes from the metric's declaration.",
-    )
-    tune_metric: str | None = Field(
-        None,
-        description="The metric sweep points are picked on (a held-out one); None: `metric`.",
-    )
-    tuning: Tuning = Field(
-        "per_method",
-        description="per_method: one sweep point per (method, model, task), the best mean over "
-        "seeds; per_seed: the best point of each seed (optimistic, labelled so).",
-    )
-    ci: CIMethod = Field(
-        "t",
-        description="Confidence intervals: t, or bootstrap / bca (sensible from about 10 seeds).",
-    )
-    aggregate: Aggregate = Field(
-        "mean_win_rate",
-        description="The overall order across tasks: mean_win_rate (HELM), "
-        "performance_profile (AlgoPerf; needs `target`), mean_rank or normalized (to the "
-        "baseline).",
-    )
-    target: TargetSpec | None = Field(
-        None, description="A value to reach: steps and time to target, performance profiles."
-    )
-    alpha: float = Field(
-        0.05, gt=0.0, lt=1.0, description="The significance level of tests and intervals."
-    )
-
-    @model_validator(mode="after")
-    def aggregate_target(self) -> RankSpec:
-        if AGGREGATES.entry(self.aggregate).needs_target and self.target is None:
-            raise ValueError(f"aggregate {self.aggregate} needs a `target`")
-        return self
-
-
-class PaperEffect(StrictModel):
-    """The size of the effect the paper reports (`expect[].paper_effect`): an undecided claim
-    whose interval excludes it reads "not reproduced at this scale"."""
-
-    value: PositiveFloat = Field(
-        description="The effect's size in the claimed direction: metric units, or a fraction "
-        "of the `than` method's mean when `relative`."
-    )
-    relative: bool = Field(False, description="`value` is a fraction of `than`'s mean.")
-    source: str = Field(min_length=1, description="Where the paper reports it.")
-
-
-class Claim(StrictModel):
-    """A published claim the suite tests (`expect`): `method` is `direction` than `than` on
-    `metric`; `recipes` are the suite's models it is checked under (verdicts in
-    `harness.claims`)."""
-
-    method: str = Field(description="The method the claim is about.")
-    than: str | None = Field(
-        None, description="The method it is compared with; None: the suite's baseline."
-    )
-    metric: str | None = Field(None, description="The metric compared; None: `rank.metric`.")
-    direction: ClaimDirection = Field(
-        description="better, worse, or tie (within `margin`) than `than`."
-    )
-    margin: PositiveFloat | None = Field(
-        None, description="The equivalence margin of a tie, in the metric's units."
-    )
-    source: str = Field(
-        min_length=1, description='Where the claim is published: "arXiv id, table or figure".'
-    )
-    note: str = Field("", description="Anything a reader of the verdict should know.")
-    recipes: list[str] | None = Field(
-        None,
-        min_length=1,
-        description="The suite's models the claim is checked under; None: every model.",
-    )
-    paper_effect: PaperEffect | None = Field(
-        None, description="The effect the paper reports, for labelling an undecided verdict."
-    )
-    scope: str = Field(
-        "",
-        description="Why the verdict may not speak to the paper at this scale (e.g. its "
-        "precondition is absent); shown with the verdict.",
-    )
-
-    @model_validator(mode="after")
-    def tie_needs_margin(self) -> Claim:
-        if self.direction == "tie" and self.margin is None:
-            raise ValueError("a `tie` needs a `margin` (the largest difference that counts as one)")
-        if self.direction != "tie" and self.margin is not None:
-            raise ValueError("`margin` is only for direction `tie`")
-        return self
-
-
-class SeedSchedule(StrictModel):
-    """Sequential seeds (docs/sequential.md): seeds 0 .. `initial` - 1 for every method, then
-    `step` more at a time only for the methods of comparisons still undecided, up to `max`."""
-
-    initial: int = Field(ge=2, description="Seeds every method runs first.")
-    max: PositiveInt = Field(description="The most seeds a method may get.")
-    step: PositiveInt = Field(1, description="Seeds added at a time to undecided comparisons.")
-    looks: Literal["planned", "unplanned"] = Field(
-        "planned",
-        description="planned: alpha is spent over the schedule's looks (O'Brien-Fleming "
-        "shares); unplanned: anytime-valid verdicts, for seeds added by hand "
-        "(docs/sequential.md).",
-    )
-
-    @model_validator(mode="after")
-    def max_after_initial(self) -> SeedSchedule:
-        if self.max < self.initial:
-            raise ValueError("`max` must be at least `initial`")
-        return self
-
-
-def tuning_seeds(schedule: SeedSchedule | None) -> int | None:
-    """The seeds sweep points are chosen on: a sequential schedule's initial ones (later seeds run
-    the chosen point alone, `harness.service.rounds`); None: every seed (a fixed design)."""
-    return schedule.initial if schedule is not None else None
-
-
-def _seeds_kind(value: Any) -> str:
-    return "schedule" if isinstance(value, dict | SeedSchedule) else "list"
-
-
-Seeds = Annotated[
-    Annotated[list[NonNegativeInt], Field(min_length=1), Tag("list")]
-    | Annotated[SeedSchedule, Tag("schedule")],
-    Discriminator(_seeds_kind),
-]
-"""A fixed list of seeds, or a mapping {initial, max, step} (sequential seeds)."""
 
 
 class RegressionSpec(StrictModel):

@@ -26,7 +26,7 @@ from pydantic import (
 from harness.cache import DataMissingError
 from harness.core import Direction
 from harness.registry import SYNTHETIC_KINDS, TASKS, TOKENIZERS, EvalTaskEntry, declare_metrics
-from harness.spec.schema import StrictModel
+from harness.spec.sections import StrictModel
 from harness.tasks.corpora import check_corpus_name, corpus_fingerprint, load_corpus
 from harness.tasks.trivial import SYNTHETIC_SETS, lm_trivial, synthetic_trivial
 

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from harness.registry import OPTIMIZERS
-from harness.spec.schema import OptimizerSpec
+from harness.spec.sections import OptimizerSpec
 
 
 class ExplodingSGD(torch.optim.SGD):

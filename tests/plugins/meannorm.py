@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from harness.methods.norms import NormRole
 from harness.registry import NORM_TYPES
-from harness.spec.schema import ParamsModel
+from harness.spec.sections import ParamsModel
 
 
 class MeanNormParams(ParamsModel):

@@ -13,7 +13,7 @@ from torch import nn
 
 from harness.methods.optimizers import adamw
 from harness.registry import OPTIMIZERS
-from harness.spec.schema import OptimizerSpec
+from harness.spec.sections import OptimizerSpec
 
 HOLD_S = 120.0
 
