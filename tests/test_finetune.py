@@ -26,7 +26,8 @@ TEXT = "To be, or not to be, that is the question. Whether 'tis nobler in the mi
 
 
 def llama() -> nn.Module:
-    return tiny_llama(300, N_LAYERS).train()
+    model: nn.Module = tiny_llama(300, N_LAYERS)
+    return model.train()
 
 
 def optimizer_of(model: nn.Module, layerwise: dict[str, Any]) -> torch.optim.Optimizer:
@@ -59,9 +60,13 @@ def test_lisa_trains_exactly_the_drawn_blocks_each_period_and_keeps_frozen_state
         drawn = {i for i, block in enumerate(layers.blocks) if block[0].requires_grad}
         if index % 3 == 0:
             periods.append(drawn)
-            states = {id(p): {k: v.clone() for k, v in optimizer.state[p].items()}
-                      for i, block in enumerate(layers.blocks) if i not in drawn
-                      for p in block if p in optimizer.state}
+            states = {
+                id(p): {k: v.clone() for k, v in optimizer.state[p].items()}
+                for i, block in enumerate(layers.blocks)
+                if i not in drawn
+                for p in block
+                if p in optimizer.state
+            }
         assert drawn == periods[-1] and len(drawn) == 2
         blocks_before = [snapshot(block) for block in layers.blocks]
         always_before = snapshot(always)
@@ -72,11 +77,16 @@ def test_lisa_trains_exactly_the_drawn_blocks_each_period_and_keeps_frozen_state
         for i, block in enumerate(layers.blocks):  # a frozen block's Adam state is kept as is
             for p in block:
                 if i not in drawn and id(p) in states:
-                    assert all(torch.equal(v, optimizer.state[p][k])
-                               for k, v in states[id(p)].items())
+                    assert all(
+                        torch.equal(v, optimizer.state[p][k]) for k, v in states[id(p)].items()
+                    )
     assert len(periods) == 3 and len({frozenset(p) for p in periods}) > 1
-    resumed = [p for i, block in enumerate(layers.blocks) for p in block
-               if i in periods[0] and i in periods[1]]
+    resumed = [
+        p
+        for i, block in enumerate(layers.blocks)
+        for p in block
+        if i in periods[0] and i in periods[1]
+    ]
     assert all(float(optimizer.state[p]["step"]) > 3 for p in resumed)  # state resumes
 
 
@@ -88,7 +98,8 @@ def test_lora_trains_only_the_adapters_through_peft() -> None:
     adapters = [p for name, p in model.named_parameters() if "lora_" in name]
     assert adapters and all(p.requires_grad for p in adapters)
     assert {name.split(".")[-4] for name, _ in model.named_parameters() if "lora_" in name} == {
-        "q_proj", "v_proj"
+        "q_proj",
+        "v_proj",
     }  # peft's default targets for Llama
     adapters_before = snapshot(adapters)
     for _ in range(3):
@@ -178,7 +189,9 @@ def test_each_method_fine_tunes_a_pretrained_model_and_stores_before_and_after(
         results[trial.method] = result
     for method, result in results.items():
         final = result.final
-        assert {"before_val_loss", "val_loss", "before_bits_per_byte", "bits_per_byte"} <= set(final)
+        assert {"before_val_loss", "val_loss", "before_bits_per_byte", "bits_per_byte"} <= set(
+            final
+        )
         assert final["val_loss_gain"] == pytest.approx(final["before_val_loss"] - final["val_loss"])
         assert final["val_loss"] < final["before_val_loss"], method  # a random model learns
         assert result.steps_done == 6 and len(result.series) == 2
@@ -201,9 +214,11 @@ def test_an_lm_task_in_other_tokens_is_refused_for_a_pretrained_model(
 
 def test_the_model_tokenizer_is_refused_for_an_untrained_model(tmp_path: Path) -> None:
     suite = finetune_suite(tmp_path, tmp_path)
-    suite.write_text(suite.read_text().replace(
-        f'{{type: pretrained, source: "{tmp_path}"}}', "{type: gpt, n_layers: 2, d_model: 32}"
-    ))
+    suite.write_text(
+        suite.read_text().replace(
+            f'{{type: pretrained, source: "{tmp_path}"}}', "{type: gpt, n_layers: 2, d_model: 32}"
+        )
+    )
     with pytest.raises(SuiteError) as caught:
         load_suite(suite)
     message = "\n".join(map(str, caught.value.problems))

@@ -145,7 +145,7 @@ class LisaParams(ParamsModel):
 
 class LoraParams(ParamsModel):
     r: PositiveInt = Field(8, description="The rank of each adapter (LoRA's r).")
-    alpha: PositiveFloat = Field(16.0, description="The adapters' scale numerator (lora_alpha).")
+    alpha: PositiveInt = Field(16, description="The adapters' scale numerator (lora_alpha).")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapters' input.")
     target_modules: list[str] | Literal["all-linear"] | None = Field(
         None,

@@ -31,10 +31,11 @@ def finetuning_subjects(recipe: TrialRecipe, device: torch.device) -> tuple[Task
     tokenizer = ModelTokenizer(loaded.tokenizer)
     dataset = getattr(recipe.task, "dataset", None)
     if dataset is not None:
-        check_dataset_tokenizer(dataset, open_dataset(dataset).tokenizer, tokenizer)
+        check_dataset_tokenizer(dataset, open_dataset(dataset).tokenizer(), tokenizer)
     # an lm task takes the model's tokenizer beside its section (`LMTask`)
     task: Task = task_entry.obj(recipe.task, tokenizer)  # type: ignore[call-arg]
-    return task, loaded.model.to(device).train()
+    model: nn.Module = loaded.model
+    return task, model.to(device).train()
 
 
 def check_dataset_tokenizer(name: str, dataset: Tokenizer, model: Tokenizer) -> None:
@@ -61,4 +62,3 @@ def before_metrics(metrics: dict[str, float]) -> dict[str, float]:
 def finetune_summary(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """The before/after comparison every fine-tuning trial stores."""
     return {**before_metrics(before), "val_loss_gain": before["val_loss"] - after["val_loss"]}
-

@@ -182,6 +182,7 @@ def file_corpus(location: str) -> Corpus:
 TOKENIZERS.register("byte")(ByteTokenizer)
 TOKENIZERS.register("char")(CharTokenizer)
 
+
 @TOKENIZERS.register(MODEL_TOKENIZER)
 class PretrainedModelTokenizer(ModelTokenizer):
     """The pretrained model's own tokenizer; a corpus alone cannot build it."""
