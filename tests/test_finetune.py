@@ -223,3 +223,34 @@ def test_the_model_tokenizer_is_refused_for_an_untrained_model(tmp_path: Path) -
         load_suite(suite)
     message = "\n".join(map(str, caught.value.problems))
     assert "tokenizer 'model' is a pretrained model's own; 'tiny' is an untrained 'gpt'" in message
+
+
+def test_compressing_a_fine_tuned_model_or_a_non_lm_task_is_refused(
+    tmp_path: Path, pretrained_dir: Path
+) -> None:
+    suite = finetune_suite(tmp_path, pretrained_dir)
+    text = suite.read_text().replace(
+        "  full: {}", "  full: {}\n  pruned: {prune: {criterion: last_n, n: 1}}"
+    )
+    suite.write_text(
+        text.replace("  text:", "  sums: {type: synthetic, kind: modular-addition}\n  text:")
+    )
+    with pytest.raises(SuiteError) as caught:
+        load_suite(suite)
+    message = "\n".join(map(str, caught.value.problems))
+    assert "methods.pruned.prune" in message
+    assert "`prune` after fine-tuning pretrained model 'tiny' is not built" in message
+    assert "tasks.sums.type" in message
+    assert "is fine-tuned on an `lm` task (in its own tokenizer)" in message
+
+
+def test_a_dataset_in_other_tokens_is_refused_before_fine_tuning() -> None:
+    from harness.runner.finetune import check_dataset_tokenizer
+    from harness.tasks.corpora import ByteTokenizer, ModelTokenizer
+
+    model = ModelTokenizer(byte_bpe_tokenizer([TEXT] * 20, 300))
+    check_dataset_tokenizer("same", model, model)
+    with pytest.raises(
+        ValueError, match="task dataset 'bytes' was not tokenized by the fine-tuned"
+    ):
+        check_dataset_tokenizer("bytes", ByteTokenizer(), model)
