@@ -175,6 +175,13 @@ rank: {{metric: val_loss}}
     return path
 
 
+def problems(suite: Path) -> str:
+    """Every problem `load_suite` finds in `suite`, one a line (it must find some)."""
+    with pytest.raises(SuiteError) as caught:
+        load_suite(suite)
+    return "\n".join(map(str, caught.value.problems))
+
+
 def test_each_method_fine_tunes_a_pretrained_model_and_stores_before_and_after(
     tmp_path: Path, pretrained_dir: Path, corpus_dir: Path
 ) -> None:
@@ -205,9 +212,7 @@ def test_each_method_fine_tunes_a_pretrained_model_and_stores_before_and_after(
 def test_an_lm_task_in_other_tokens_is_refused_for_a_pretrained_model(
     tmp_path: Path, pretrained_dir: Path
 ) -> None:
-    with pytest.raises(SuiteError) as caught:
-        load_suite(finetune_suite(tmp_path, pretrained_dir, task="tokenizer: byte"))
-    message = "\n".join(map(str, caught.value.problems))
+    message = problems(finetune_suite(tmp_path, pretrained_dir, task="tokenizer: byte"))
     assert "tasks.text.tokenizer" in message
     assert "fine-tuning pretrained model 'tiny' needs text in its own tokens" in message
 
@@ -219,9 +224,7 @@ def test_the_model_tokenizer_is_refused_for_an_untrained_model(tmp_path: Path) -
             f'{{type: pretrained, source: "{tmp_path}"}}', "{type: gpt, n_layers: 2, d_model: 32}"
         )
     )
-    with pytest.raises(SuiteError) as caught:
-        load_suite(suite)
-    message = "\n".join(map(str, caught.value.problems))
+    message = problems(suite)
     assert "tokenizer 'model' is a pretrained model's own; 'tiny' is an untrained 'gpt'" in message
 
 
@@ -235,9 +238,7 @@ def test_compressing_a_fine_tuned_model_or_a_non_lm_task_is_refused(
     suite.write_text(
         text.replace("  text:", "  sums: {type: synthetic, kind: modular-addition}\n  text:")
     )
-    with pytest.raises(SuiteError) as caught:
-        load_suite(suite)
-    message = "\n".join(map(str, caught.value.problems))
+    message = problems(suite)
     assert "methods.pruned.prune" in message
     assert "`prune` after fine-tuning pretrained model 'tiny' is not built" in message
     assert "tasks.sums.type" in message
