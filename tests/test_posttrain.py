@@ -167,7 +167,7 @@ def test_impossible_pairs_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(SuiteError) as caught:
         load_suite(suite)
     messages = "\n".join(map(str, caught.value.problems))
-    assert "pretrained model 'tiny' is evaluated, not trained" in messages
+    assert "fine-tuning pretrained model 'tiny' needs text in its own tokens" in messages
     assert "`norm` cannot change pretrained model 'tiny'" in messages
 
 

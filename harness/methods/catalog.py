@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from harness.registry import (
     LAYER_IMPORTANCE,
@@ -143,6 +143,31 @@ class LisaParams(ParamsModel):
     interval: PositiveInt = Field(20, description="Steps between two draws (K).")
 
 
+class LoraParams(ParamsModel):
+    r: PositiveInt = Field(8, description="The rank of each adapter (LoRA's r).")
+    alpha: PositiveInt = Field(16, description="The adapters' scale numerator (lora_alpha).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapters' input.")
+    target_modules: list[str] | Literal["all-linear"] | None = Field(
+        None,
+        description="The Linear modules (by name) given adapters; all-linear: every Linear but "
+        "the head; None: peft's default for the architecture (q_proj and v_proj for Llama).",
+    )
+
+
+FreezeRole = Literal["embeddings", "head", "norms", "blocks"]
+
+
+class FreezeParams(ParamsModel):
+    roles: list[FreezeRole] = Field(
+        default_factory=list,
+        description="Parameter roles never updated: embeddings, head, norms (the final norm and "
+        "everything else outside the blocks), blocks (every block).",
+    )
+    blocks: list[NonNegativeInt] = Field(
+        default_factory=list, description="Blocks (by index, 0 the first) never updated."
+    )
+
+
 class DropParams(ParamsModel):
     """Drop-Muon's uniform start-layer sampling has no parameters."""
 
@@ -224,6 +249,8 @@ SCHEDULES.declare("wsd", "harness.methods.schedules:wsd")
 LAYERWISE.declare("lr_depth", "harness.methods.layerwise:lr_depth", params=LrDepthParams)
 LAYERWISE.declare("llr", "harness.methods.layerwise:llr", params=LLRParams)
 LAYERWISE.declare("lisa", "harness.methods.layerwise:lisa", params=LisaParams)
+LAYERWISE.declare("lora", "harness.methods.layerwise:lora", params=LoraParams)
+LAYERWISE.declare("freeze", "harness.methods.layerwise:freeze", params=FreezeParams)
 LAYERWISE.declare("drop", "harness.methods.layerwise:drop", params=DropParams)
 LAYERWISE.declare("wd_scale", "harness.methods.layerwise:wd_scale", params=WdScaleParams)
 

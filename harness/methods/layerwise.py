@@ -18,7 +18,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.methods.catalog import LisaParams, LLRParams, LrDepthParams, WdScaleParams
+from harness.methods.catalog import (
+    FreezeParams,
+    LisaParams,
+    LLRParams,
+    LoraParams,
+    LrDepthParams,
+    WdScaleParams,
+)
 from harness.methods.layers import blocks, linears
 from harness.methods.optimizers import Composite, method_params
 from harness.methods.param_roles import model_layers
@@ -189,10 +196,19 @@ class ActiveLayers:
 def lisa(
     optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
 ) -> torch.optim.Optimizer:
-    """LISA: layerwise importance sampling, a few random blocks trained at once (Pan et al., 2024).
+    """LISA: layerwise importance sampling, a few random blocks trained at once (Pan et al., 2024,
+    "LISA: Layerwise Importance Sampling for Memory-Efficient Large Language Model Fine-Tuning",
+    arXiv 2403.17919).
 
-    Embeddings, head and final norm are always trained; `active_layers` blocks drawn uniformly
-    without replacement are trained, the others frozen, redrawn every `interval` steps.
+    As the authors' code does (OptimalScale/LMFlow `src/lmflow/pipeline/finetuner.py` and
+    `src/lmflow/pipeline/utils/lisa_trainer.py`, `DynamicLayerActivationCallback`, used with
+    `lisa_activated_layers` = `active_layers` and `lisa_interval_steps` = `interval`): the
+    embeddings, head and final norm are never frozen; before step 0 and every `interval` steps
+    after it, every block is frozen (`requires_grad` off) and `active_layers` blocks drawn
+    uniformly without replacement are unfrozen. The optimizer is built once over every
+    parameter, as the transformers Trainer builds it before the callback's first switch, and
+    never rebuilt: a frozen block gets no gradient, so the optimizer skips it, and its state
+    (Adam's moments, step count) is kept and resumes when the block is drawn again.
     """
     params = method_params(spec, LisaParams)
     layers = model_layers(model).blocks
@@ -201,6 +217,73 @@ def lisa(
         return torch.randperm(len(layers), generator=generator)[: params.active_layers].tolist()
 
     ActiveLayers(optimizer, layers, draw, params.interval)
+    return optimizer
+
+
+def lora(
+    optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
+) -> torch.optim.Optimizer:
+    """LoRA through the `peft` library (Hu et al., 2022), the baseline LISA is compared against.
+
+    peft's `inject_adapter_in_model` adds low-rank adapters to the target Linear layers of the
+    model in place and leaves only them trainable; the adapters join the optimizer in a group
+    with its first group's settings, and the frozen pretrained weights get no gradient, so the
+    optimizer never updates them (nor keeps state for them).
+    """
+    from peft import LoraConfig, inject_adapter_in_model
+
+    if isinstance(optimizer, Composite):
+        raise ValueError("lora: use an optimizer of one part (adamw, sgd, ...), not a composite")
+    params = method_params(spec, LoraParams)
+    config = LoraConfig(
+        r=params.r,
+        lora_alpha=params.alpha,
+        lora_dropout=params.dropout,
+        target_modules=params.target_modules,
+    )
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if params.target_modules is None and model_type is not None:
+        config = replace_targets(config, model_type)
+    inject_adapter_in_model(config, model)
+    adapters = [p for name, p in model.named_parameters() if "lora_" in name]
+    settings = {key: value for key, value in optimizer.param_groups[0].items() if key != "params"}
+    optimizer.add_param_group({**settings, "params": adapters})
+    return optimizer
+
+
+def replace_targets(config: Any, model_type: str) -> Any:
+    """`config` with peft's default target modules for the architecture `model_type`."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+    targets = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type)
+    if targets is None:
+        raise ValueError(f"lora: peft has no default target modules for '{model_type}'")
+    config.target_modules = set(targets)
+    return config
+
+
+def freeze(
+    optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
+) -> torch.optim.Optimizer:
+    """Freezing by role: the named roles (`harness.methods.param_roles`) and blocks never train.
+
+    Their parameters stop requiring gradients, so the optimizer skips them (fine-tuning only the
+    blocks, only the head, the last blocks, ...).
+    """
+    params = method_params(spec, FreezeParams)
+    layers = model_layers(model)
+    if missing := sorted(set(params.blocks) - set(range(len(layers.blocks)))):
+        raise ValueError(f"freeze: blocks {missing} do not exist ({len(layers.blocks)} blocks)")
+    roles = {
+        "embeddings": layers.embeddings,
+        "head": layers.head,
+        "norms": layers.rest,
+        "blocks": [p for block in layers.blocks for p in block],
+    }
+    frozen = [p for role in params.roles for p in roles[role]]
+    frozen += [p for index in params.blocks for p in layers.blocks[index]]
+    for p in frozen:
+        p.requires_grad_(False)
     return optimizer
 
 

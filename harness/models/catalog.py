@@ -89,7 +89,9 @@ class PretrainedSpec(StrictModel):
     """A model section of type `pretrained`."""
 
     type: Literal["pretrained"] = Field(
-        "pretrained", description="A pretrained causal LM, evaluated (or compressed) as is."
+        "pretrained",
+        description="A pretrained causal LM, evaluated (or compressed) as is, or fine-tuned on an "
+        "`lm` task in its own tokens.",
     )
     source: str = Field(
         min_length=1,
@@ -110,6 +112,7 @@ MODELS.declare(
     "harness.models.pretrained:load_pretrained",
     kind=PretrainedModelEntry,
     params=PretrainedSpec,
-    summary="A pretrained causal LM (packaged, folder, GGUF file or hub id), evaluated as is.",
+    summary="A pretrained causal LM (packaged, folder, GGUF file or hub id), evaluated as is or "
+    "fine-tuned.",
     missing=lambda spec: missing_model(spec.source),
 )

@@ -34,10 +34,11 @@ from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
 from harness.records import LayerStat, SeriesPoint, TrialResult
 from harness.registry import SCHEDULES
+from harness.runner.finetune import finetune_summary, finetuning_subjects, trainable_params
 from harness.runner.posttrain import compress
 from harness.runner.warm import prebuilt_task, train_task
 from harness.spec.plan import trial_versions
-from harness.spec.recipe import TrialRecipe, load_recipe
+from harness.spec.recipe import TrialKind, TrialRecipe, load_recipe
 from harness.tasks.base import Batch, Task
 from harness.tasks.corpora import ModelTokenizer
 from harness.utils import intra_op_threads
@@ -142,6 +143,11 @@ def build(recipe: TrialRecipe) -> BuiltTrial:
     model_entry, task_entry = recipe.trained_entries()
     task = prebuilt_task(recipe.task) or train_task(task_entry, recipe.task)
     model = model_entry.obj(recipe.model, recipe.model_norm, task.vocab_size).to(device)
+    return assemble(recipe, task, model, device)
+
+
+def assemble(recipe: TrialRecipe, task: Task, model: nn.Module, device: torch.device) -> BuiltTrial:
+    """A training trial of a built task and model: its optimizer, schedule, probe and loss."""
     optimizer = make_optimizer(model, recipe.optimizer)
     train = recipe.train
     schedule = SCHEDULES.get(train.schedule)
@@ -257,7 +263,9 @@ def run_trial(config: Mapping[str, Any], report: Report | None = None) -> TrialR
     try:
         recipe = prepare(config)
         with intra_op_threads(recipe.threads):
-            if recipe.kind.pretrained:
+            if recipe.kind is TrialKind.FINETUNE:
+                result.final = finetune(recipe, result, clock, report)
+            elif recipe.kind.pretrained:
                 result.final = evaluate_pretrained(recipe, result, clock)
             else:
                 result.final = train_and_evaluate(recipe, result, clock, report)
@@ -300,6 +308,25 @@ def train_and_evaluate(
         **evaluate(trial, clock, final=True),
         **efficiency(trial, result, clock),
         **compressed,
+    }
+
+
+def finetune(
+    recipe: TrialRecipe, result: TrialResult, clock: Clock, report: Report
+) -> dict[str, float]:
+    """Fine-tune a pretrained model as a model trained from scratch is trained (the method's
+    optimizer, schedule and layerwise treatment), its task evaluated before and after."""
+    device = resolve_device(recipe.device)
+    result.environment = environment(device, recipe)
+    trial = assemble(recipe, *finetuning_subjects(recipe, device), device)
+    before = evaluate(trial, clock, final=True)
+    train(trial, result, clock, report)
+    after = evaluate(trial, clock, final=True)
+    return {
+        **after,
+        **efficiency(trial, result, clock),
+        **finetune_summary(before, after),
+        "trainable_params": trainable_params(trial.model),
     }
 
 

@@ -106,3 +106,8 @@ def quantize_problems(
             f"group_size {spec.group_size} does not divide the model's Linear input "
             f"width{'s' if len(widths) > 1 else ''} {', '.join(map(str, widths))}",
         )
+
+
+MODEL_TOKENIZER = "model"
+"""The `lm` task's `tokenizer` that names a fine-tuned pretrained model's own tokenizer: the
+trial loads the model and tokenizes the corpus with it (`harness.tasks.corpora.lm_splits`)."""

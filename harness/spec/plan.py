@@ -70,7 +70,7 @@ def used_entries(recipe: TrialRecipe) -> dict[str, Entry[Any]]:
     `FAMILY_TABLE`, e.g. `optimizer.name:lamb`)."""
     found = {}
     for family in FAMILY_TABLE:
-        if family.config_path is None or (family.training and recipe.kind.pretrained):
+        if family.config_path is None or (family.training and not recipe.kind.trains):
             continue
         name: Any = recipe.config
         for part in family.config_path.split("."):

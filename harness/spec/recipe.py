@@ -70,19 +70,31 @@ class TrialKind(StrEnum):
     """A pretrained model evaluated as it is."""
     COMPRESS = "compress"
     """A pretrained model pruned and/or quantized, then evaluated."""
+    FINETUNE = "finetune"
+    """A pretrained model fine-tuned on a training task (an `lm` task in the model's own
+    tokenizer) by the method's optimizer and layerwise treatment, evaluated before and after."""
 
     @property
     def pretrained(self) -> bool:
         """The trial loads a pretrained model (with its tokenizer) instead of building one."""
         return self is not TrialKind.TRAIN
 
+    @property
+    def trains(self) -> bool:
+        """The trial runs optimizer steps (its optimizer, schedule and layerwise sections run)."""
+        return self in (TrialKind.TRAIN, TrialKind.FINETUNE)
+
 
 def trial_kind(
-    model: ModelEntry, prune: PruneSpec | None, quantize: QuantizeSpec | None
+    model: ModelEntry, task: TaskEntry, prune: PruneSpec | None, quantize: QuantizeSpec | None
 ) -> TrialKind:
-    """The kind of a trial of this model entry and post-training sections."""
+    """The kind of a trial of this model entry, task entry and post-training sections: a
+    pretrained model paired with a training task is fine-tuned (`harness.spec.check` refuses
+    the pairs that cannot run)."""
     if not isinstance(model, PretrainedModelEntry):
         return TrialKind.TRAIN
+    if isinstance(task, TrainTaskEntry):
+        return TrialKind.FINETUNE
     return TrialKind.EVALUATE if prune is None and quantize is None else TrialKind.COMPRESS
 
 
@@ -171,7 +183,9 @@ class TrialRecipe:
     time_limit_s: float
 
     def __post_init__(self) -> None:
-        if self.kind.pretrained:
+        if self.kind is TrialKind.FINETUNE:
+            self.finetuned_entries()
+        elif self.kind.pretrained:
             self.pretrained_entries()
         else:
             self.trained_entries()
@@ -194,7 +208,7 @@ class TrialRecipe:
         """The recipe of resolved `settings` (precision, `train.compile` and the optimizer's
         per-device values already resolved: `resolved_settings`) for a model and a task."""
         return cls(
-            kind=trial_kind(model[0], settings.prune, settings.quantize),
+            kind=trial_kind(model[0], task[0], settings.prune, settings.quantize),
             model_entry=model[0],
             model=model[1],
             task_entry=task[0],
@@ -269,6 +283,13 @@ class TrialRecipe:
         model, task = self.model_entry, self.task_entry
         if not isinstance(model, PretrainedModelEntry) or not isinstance(task, EvalTaskEntry):
             raise TypeError("an evaluation trial needs a pretrained model and an evaluation task")
+        return model, task
+
+    def finetuned_entries(self) -> tuple[PretrainedModelEntry, TrainTaskEntry]:
+        """The model and task entries of a `finetune` trial."""
+        model, task = self.model_entry, self.task_entry
+        if not isinstance(model, PretrainedModelEntry) or not isinstance(task, TrainTaskEntry):
+            raise TypeError("a fine-tuning trial needs a pretrained model and a training task")
         return model, task
 
     def fingerprint(self) -> str:

@@ -58,8 +58,8 @@ class LayerwiseSpec(StrictModel):
     model_config = ConfigDict(extra="allow")  # the wrapper's parameters
 
     name: str = Field(
-        description="A registered layerwise treatment (lr_depth, llr, lisa, drop, wd_scale); its "
-        "parameters are further keys of this section."
+        description="A registered layerwise treatment (lr_depth, llr, lisa, drop, wd_scale, "
+        "lora, freeze); its parameters are further keys of this section."
     )
 
 

@@ -65,7 +65,11 @@ class LMTaskSpec(StrictModel):
     corpus: str = Field(
         "shakespeare", description="A registered corpus (shakespeare), or `file:PATH`."
     )
-    tokenizer: str = Field("byte", description="A registered tokenizer (byte, char, ...).")
+    tokenizer: str = Field(
+        "byte",
+        description="A registered tokenizer (byte, char, ...); model: the fine-tuned pretrained "
+        "model's own.",
+    )
     seq_len: PositiveInt = Field(128, description="Tokens per training and evaluation window.")
     val_fraction: float = Field(
         0.1, gt=0.0, lt=1.0, description="The fraction of the documents in the validation split."

@@ -35,6 +35,7 @@ from harness.data.tokenizers import (
     piece_bytes,
 )
 from harness.registry import CORPORA, TOKENIZERS
+from harness.spec.constraints import MODEL_TOKENIZER
 
 if TYPE_CHECKING:
     from harness.tasks.catalog import LMTaskSpec
@@ -182,6 +183,18 @@ TOKENIZERS.register("byte")(ByteTokenizer)
 TOKENIZERS.register("char")(CharTokenizer)
 
 
+@TOKENIZERS.register(MODEL_TOKENIZER)
+class PretrainedModelTokenizer(ModelTokenizer):
+    """The pretrained model's own tokenizer; a corpus alone cannot build it."""
+
+    @classmethod
+    def from_corpus(cls, corpus: Corpus) -> Tokenizer:
+        raise ValueError(
+            f"tokenizer '{MODEL_TOKENIZER}' is a pretrained model's own: pair the task with a "
+            "`pretrained` model (a fine-tuning trial), or name a tokenizer such as byte or char"
+        )
+
+
 def build_tokenizer(name: str, corpus: Corpus) -> Tokenizer:
     """The registered tokenizer `name`, built for `corpus`."""
     return TOKENIZERS.get(name).from_corpus(corpus)
@@ -203,11 +216,16 @@ class TokenSplits:
 
 
 def corpus_splits(
-    corpus_name: str, tokenizer_name: str, fractions: tuple[float, float], seed: int
+    corpus_name: str,
+    tokenizer_name: str,
+    fractions: tuple[float, float],
+    seed: int,
+    given: Tokenizer | None = None,
 ) -> TokenSplits:
-    """A built-in corpus tokenized now: each split's documents joined by "\\n"."""
+    """A built-in corpus tokenized now (by `given`, else the registered `tokenizer_name`):
+    each split's documents joined by "\\n"."""
     corpus = load_corpus(corpus_name)
-    tokenizer = build_tokenizer(tokenizer_name, corpus)
+    tokenizer = given or build_tokenizer(tokenizer_name, corpus)
     splits = split_documents(corpus.documents, *fractions, seed)
     tokens = {
         name: tokenizer.encode(SEPARATOR.join(text for _, text in splits[name])) for name in SPLITS
@@ -223,12 +241,14 @@ def dataset_splits(name: str) -> TokenSplits:
     return TokenSplits(dataset.tokens, dataset.byte_lengths, vocab_size, f"dataset '{name}'")
 
 
-def lm_splits(spec: LMTaskSpec) -> TokenSplits:
-    """The token splits an `lm` task section reads: its prepared dataset, else its corpus."""
+def lm_splits(spec: LMTaskSpec, tokenizer: Tokenizer | None = None) -> TokenSplits:
+    """The token splits an `lm` task section reads: its prepared dataset, else its corpus
+    (tokenized by `tokenizer`, a pretrained model's, where the section names `model`)."""
     if spec.dataset is not None:
         return dataset_splits(spec.dataset)
     fractions = (spec.val_fraction, spec.test_fraction)
-    return corpus_splits(spec.corpus, spec.tokenizer, fractions, spec.split_seed)
+    given = tokenizer if spec.tokenizer == MODEL_TOKENIZER else None
+    return corpus_splits(spec.corpus, spec.tokenizer, fractions, spec.split_seed, given)
 
 
 def corpus_fingerprint(spec: LMTaskSpec) -> str:

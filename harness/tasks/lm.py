@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from harness.tasks.base import Batch, Task
 from harness.tasks.catalog import LMTaskSpec
-from harness.tasks.corpora import TokenSplits, corpus_fingerprint, lm_splits
+from harness.tasks.corpora import Tokenizer, TokenSplits, corpus_fingerprint, lm_splits
 
 Tokens = Tensor | np.ndarray
 """A split's tokens: a tensor, or a numpy array (in memory or memory-mapped)."""
@@ -66,11 +66,12 @@ def model_device(model: nn.Module) -> torch.device:
 class LMTask(Task):
     """Next-token prediction on a corpus or prepared dataset, split by document; reports loss,
     ppl and bits per byte (against the UTF-8 bytes of the evaluated text, whatever the
-    tokenizer)."""
+    tokenizer). A fine-tuning trial passes its pretrained model's `tokenizer` (used where the
+    section's tokenizer is `model`)."""
 
-    def __init__(self, spec: LMTaskSpec) -> None:
+    def __init__(self, spec: LMTaskSpec, tokenizer: Tokenizer | None = None) -> None:
         self.spec = spec
-        self.data: TokenSplits = lm_splits(spec)
+        self.data: TokenSplits = lm_splits(spec, tokenizer)
         self.tokens: dict[str, Tokens] = {  # a corpus's tokens in memory, a dataset's mapped
             name: tokens if isinstance(tokens, np.memmap) else torch.from_numpy(tokens)
             for name, tokens in self.data.tokens.items()
