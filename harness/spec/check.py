@@ -21,11 +21,8 @@ from harness.registry import (
     QUANTIZERS,
     SCHEDULES,
     TASKS,
-    EvalTaskEntry,
-    PretrainedModelEntry,
 )
 from harness.spec.constraints import (
-    MODEL_TOKENIZER,
     BlockShape,
     prune_problems,
     quantize_problems,
@@ -41,6 +38,7 @@ from harness.spec.loader import (
     unknown_name_problem,
     validated,
 )
+from harness.spec.pairing import check_combinations
 from harness.spec.recipe import declared_params
 from harness.spec.resolve import ResolveError, matrix_cells, trial_settings
 from harness.spec.schema import Suite, TrialSettings
@@ -183,89 +181,6 @@ def check_references(suite: Suite, locator: Locator) -> Iterator[Problem]:
                     )
     if suite.baseline is not None and suite.baseline not in suite.methods:
         yield undefined(locator, ("baseline",), "methods", suite.baseline, suite.methods)
-
-
-def check_combinations(suite: Suite, locator: Locator) -> Iterator[Problem]:
-    """Pairs that cannot run: a pretrained model on a task it can be neither fine-tuned on nor
-    evaluated by, an untrained model on an evaluation task or in a pretrained model's tokens."""
-    reported: set[tuple[str, ...]] = set()
-    for method, model, task in matrix_cells(suite):
-        if method not in suite.methods or model not in suite.models or task not in suite.tasks:
-            continue  # reported by check_references
-        model_type, task_type = (
-            str(suite.models[model].get("type")),
-            str(suite.tasks[task].get("type")),
-        )
-        if model_type not in MODELS or task_type not in TASKS:
-            continue
-        pretrained = isinstance(MODELS.entry(model_type), PretrainedModelEntry)
-        eval_only = isinstance(TASKS.entry(task_type), EvalTaskEntry)
-        if (model, task) not in reported:
-            reported.add((model, task))
-            if pretrained and not eval_only:
-                yield from check_finetuning(suite, model, task, locator)
-            elif not pretrained:
-                yield from check_untrained(suite, model, task, eval_only, locator)
-        if pretrained:
-            yield from check_pretrained_method(suite, method, model, eval_only, locator)
-
-
-def check_finetuning(suite: Suite, model: str, task: str, locator: Locator) -> Iterator[Problem]:
-    """A pretrained model is fine-tuned on an `lm` task in its own tokens only."""
-    section = suite.tasks[task]
-    task_type = str(section.get("type"))
-    if task_type != "lm":
-        yield locator.problem(
-            ("tasks", task, "type"),
-            f"pretrained model '{model}' is fine-tuned on an `lm` task (in its own tokenizer) or "
-            f"evaluated by a perplexity or lm-eval task, not '{task_type}'",
-        )
-    elif section.get("dataset") is None and section.get("tokenizer") != MODEL_TOKENIZER:
-        yield locator.problem(
-            ("tasks", task, "tokenizer"),
-            f"fine-tuning pretrained model '{model}' needs text in its own tokens: set "
-            f"`tokenizer: {MODEL_TOKENIZER}` (or a `dataset` prepared with the model's "
-            f"tokenizer), not '{section.get('tokenizer', 'byte')}'",
-        )
-
-
-def check_untrained(
-    suite: Suite, model: str, task: str, eval_only: bool, locator: Locator
-) -> Iterator[Problem]:
-    """An untrained model trains on a training task in a tokenizer of its own."""
-    model_type = str(suite.models[model].get("type"))
-    if eval_only:
-        yield locator.problem(
-            ("models", model, "type"),
-            f"task '{task}' ({suite.tasks[task].get('type')}) evaluates a pretrained model; "
-            f"'{model}' is an untrained '{model_type}'",
-        )
-    elif suite.tasks[task].get("tokenizer") == MODEL_TOKENIZER:
-        yield locator.problem(
-            ("tasks", task, "tokenizer"),
-            f"tokenizer '{MODEL_TOKENIZER}' is a pretrained model's own; '{model}' is an "
-            f"untrained '{model_type}' (name a tokenizer such as byte or char)",
-        )
-
-
-def check_pretrained_method(
-    suite: Suite, method: str, model: str, eval_only: bool, locator: Locator
-) -> Iterator[Problem]:
-    """A method cannot change a pretrained model's norms, nor compress a model it fine-tunes."""
-    fields = suite.methods[method].model_fields_set
-    if "norm" in fields:
-        yield locator.problem(
-            ("methods", method, "norm"),
-            f"`norm` cannot change pretrained model '{model}' (remove it, or pair the method "
-            "with a gpt model in `matrix`)",
-        )
-    for section in ("prune", "quantize"):
-        if not eval_only and section in fields:
-            yield locator.problem(
-                ("methods", method, section),
-                f"`{section}` after fine-tuning pretrained model '{model}' is not built: "
-                "compress it in a method paired with a perplexity or lm-eval task",
-            )
 
 
 def undefined(
