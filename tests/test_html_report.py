@@ -52,7 +52,7 @@ def test_the_html_report_renders_offline_in_chromium(database: str, tmp_path: Pa
         page.route("http*://**", refuse)  # offline: any network request fails (and is listed)
         page.goto(out.as_uri())
         expect(page.locator("table").first).to_contain_text("mix-ln")
-        expect(page.get_by_text("reproduced").first).to_be_visible()
+        expect(page.get_by_text("claim verdict").first).to_be_visible()
         plots = page.locator(".js-plotly-plot .main-svg")
         expect(plots.first).to_be_visible(timeout=30_000)
         assert plots.count() >= 2
