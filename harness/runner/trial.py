@@ -32,6 +32,13 @@ from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
 from harness.records import LayerStat, SeriesPoint, TrialResult
 from harness.registry import SCHEDULES
+from harness.runner.checkpoint import (
+    CheckpointError,
+    Checkpoints,
+    LoopState,
+    Training,
+    open_checkpoints,
+)
 from harness.runner.posttrain import compress
 from harness.runner.warm import prebuilt_task, train_task
 from harness.spec.plan import trial_versions
@@ -202,15 +209,26 @@ def diagnose(trial: BuiltTrial, probe: StepProbe, step: int, clock: Clock) -> li
     return stats
 
 
-def train(trial: BuiltTrial, result: TrialResult, clock: Clock, report: Report) -> None:
-    """The training loop; fills `result` as it goes so a stopped trial keeps its series."""
+def train(
+    trial: BuiltTrial,
+    result: TrialResult,
+    clock: Clock,
+    report: Report,
+    checkpoints: Checkpoints | None = None,
+) -> None:
+    """The training loop; fills `result` as it goes so a stopped trial keeps its series. With
+    `checkpoints`, it resumes from the newest valid one and writes them as their rule says."""
     train_cfg = trial.recipe.train
     generator = torch.Generator().manual_seed(trial.recipe.seed)
-    batches: Iterator[Batch] = trial.task.train_batches(train_cfg.batch_size, generator)
     scaler = torch.amp.GradScaler(trial.device.type, enabled=trial.recipe.precision == "fp16")
-    window: list[float] = []
-    initial: float | None = None
-    for step in range(1, train_cfg.steps + 1):
+    loop = LoopState()
+    state = Training(
+        trial.model, trial.optimizer, trial.scheduler, scaler, generator, loop, result, clock
+    )
+    first = checkpoints.resume(state) + 1 if checkpoints else 1
+    result.steps_done = first - 1
+    batches: Iterator[Batch] = trial.task.train_batches(train_cfg.batch_size, generator)
+    for step in range(first, train_cfg.steps + 1):
         if clock.wall_s > trial.recipe.time_limit_s:
             raise Stop(Status.TIMEOUT, step - 1, f"time limit {trial.recipe.time_limit_s:g} s")
         batch = to_device(next(batches), trial.device)
@@ -221,25 +239,36 @@ def train(trial: BuiltTrial, result: TrialResult, clock: Clock, report: Report) 
         loss = train_step(trial, batch, scaler, probe)
         clock.train_s += time.perf_counter() - started
         result.steps_done, result.tokens = step, result.tokens + trial.task.batch_tokens(batch)
-        initial = loss if initial is None else initial
-        check_divergence(loss, initial, train_cfg.divergence_factor, step)
-        window.append(loss)
+        loop.initial = loss if loop.initial is None else loop.initial
+        check_divergence(loss, loop.initial, train_cfg.divergence_factor, step)
+        loop.window.append(loss)
         if step % train_cfg.log_every == 0 or step == train_cfg.steps:
+            if checkpoints:
+                checkpoints.mark(step)
             report(step, train_cfg.steps, loss)
         if probe is not None:
             result.layer_stats += diagnose(trial, probe, step, clock)
         if evaluating:
             metrics = evaluate(trial, clock, final=False)
-            metrics["train_loss"] = sum(window) / len(window)
-            window.clear()
+            metrics["train_loss"] = sum(loop.window) / len(loop.window)
+            loop.window.clear()
             result.series.append(
                 SeriesPoint(step, result.tokens, clock.train_s, clock.wall_s, metrics)
             )
+        if (
+            checkpoints
+            and step < train_cfg.steps
+            and checkpoints.due(step, evaluating, clock.wall_s)
+        ):
+            checkpoints.save(step, state)
 
 
-def run_trial(config: Mapping[str, Any], report: Report | None = None) -> TrialResult:
+def run_trial(
+    config: Mapping[str, Any], report: Report | None = None, key: str | None = None
+) -> TrialResult:
     """Run the trial of a config (`TrialRecipe.config`) to a final status; never raises for a
-    failure of the trial itself.
+    failure of the trial itself. With its trial `key`, a training trial checkpoints and resumes
+    from its newest checkpoint (`harness.runner.checkpoint`).
 
     It runs on the intra-op threads its recipe says (`TrialRecipe.threads`), whoever calls it:
     a backend's worker, a warm fork, or a test in its own process."""
@@ -252,12 +281,16 @@ def run_trial(config: Mapping[str, Any], report: Report | None = None) -> TrialR
             if recipe.kind.pretrained:
                 result.final = evaluate_pretrained(recipe, result, clock)
             else:
-                result.final = train_and_evaluate(recipe, result, clock, report)
+                result.final = train_and_evaluate(recipe, result, clock, report, key)
         result.status = Status.DONE
     except Stop as stop:
         result.status, result.failed_step, result.error = stop.status, stop.step, str(stop)
-    except DataMissingError as missing:
-        result.status, result.error = Status.FAILED, str(missing)
+    except (DataMissingError, CheckpointError) as reason:
+        result.status, result.failed_step, result.error = (
+            Status.FAILED,
+            result.steps_done,
+            str(reason),
+        )
     except Exception:
         result.status, result.failed_step = Status.FAILED, result.steps_done
         result.error = traceback.format_exc()
@@ -270,12 +303,14 @@ def run_trial(config: Mapping[str, Any], report: Report | None = None) -> TrialR
 
 
 def train_and_evaluate(
-    recipe: TrialRecipe, result: TrialResult, clock: Clock, report: Report
+    recipe: TrialRecipe, result: TrialResult, clock: Clock, report: Report, key: str | None = None
 ) -> dict[str, float]:
-    """Train, then prune and quantize if the method says so, then the final evaluation."""
+    """Train (from the newest checkpoint of trial `key` if there is one), then prune and
+    quantize if the method says so, then the final evaluation."""
+    checkpoints = open_checkpoints(key, trial_versions(recipe), recipe.train.checkpoint)
     trial = build(recipe)
     result.environment = environment(trial.device, recipe)
-    train(trial, result, clock, report)
+    train(trial, result, clock, report, checkpoints)
     compressed: dict[str, float] = {}
     if recipe.prune is not None or recipe.quantize is not None:
         started = time.perf_counter()
