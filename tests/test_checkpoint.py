@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
+from benchmarks.reliability import environment, start
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import LAYERWISE, OPTIMIZERS
 from harness.runner import checkpoint
@@ -18,7 +22,9 @@ from harness.runner.checkpoint import CHECKPOINTS_ENV, CheckpointError, check_wr
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
-from tests.factories import write_suite
+from harness.store.db import open_database
+from harness.store.models import MetricPoint, Result, Trial
+from tests.factories import invoke, write_suite
 
 STEPS, INTERRUPT_AT = 6, 5
 TIMING = {"tokens_per_s"}  # wall-clock figures, never identical between two runs
@@ -163,3 +169,59 @@ def test_full_disk_keeps_the_previous_checkpoint_and_fails_with_the_reason(
 def test_trial_without_checkpoint_section_keeps_its_config(tmp_path: Path) -> None:
     suite = write_suite(tmp_path, "pre-ln: {}")
     assert all("checkpoint" not in t.config["train"] for t in plan_suite(load_suite(suite)))
+
+
+def stored(url: str) -> dict[str, Any]:
+    """Per trial key: status, resumes, recomputed steps, final metrics and metric series."""
+    engine = open_database(url)
+    with Session(engine) as session:
+        trials = session.scalars(select(Trial)).all()
+        return {
+            t.key: (
+                t.status,
+                t.resumes,
+                t.recomputed_steps,
+                sorted(
+                    (r.name, r.value)
+                    for r in session.scalars(select(Result).where(Result.trial_id == t.id))
+                    if r.name not in TIMING
+                ),
+                sorted(
+                    (p.name, p.step, p.value)
+                    for p in session.scalars(
+                        select(MetricPoint).where(MetricPoint.trial_id == t.id)
+                    )
+                ),
+            )
+            for t in trials
+        }
+
+
+@pytest.mark.slow
+def test_a_runner_killed_mid_trial_is_resumed_to_identical_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite = write_suite(tmp_path, "pre-ln: {}", steps=60, eval_every=10)
+    suite.write_text(
+        suite.read_text()
+        .replace("seeds: [0, 1]", "seeds: [0]")
+        .replace("eval_batches: 2}", "eval_batches: 2, log_every: 1, checkpoint: {every: 5}}")
+    )
+    folder = tmp_path / "checkpoints"
+    url = f"sqlite:///{tmp_path / 'killed.db'}"
+    runner = start(suite, url, environment(tmp_path, LAYERBENCH_CHECKPOINTS=str(folder)))
+    deadline = time.monotonic() + 300
+    while not list(folder.glob("*/step-00000015.pt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    runner.kill()
+    runner.wait()
+    (key,) = [p.name for p in folder.iterdir()]
+    monkeypatch.setenv(CHECKPOINTS_ENV, str(folder))
+    assert invoke("run", str(suite), "--db", url).exit_code == 0
+    assert not (folder / key).exists()  # removed once the result is stored
+    monkeypatch.setenv(CHECKPOINTS_ENV, str(tmp_path / "fresh"))
+    whole_url = f"sqlite:///{tmp_path / 'whole.db'}"
+    assert invoke("run", str(suite), "--db", whole_url).exit_code == 0
+    resumed, whole = stored(url)[key], stored(whole_url)[key]
+    assert resumed[0] == "done" and resumed[1] == 1 and resumed[2] <= 5
+    assert resumed[3:] == whole[3:] and whole[1:3] == (0, 0)

@@ -31,7 +31,6 @@ import logging
 import os
 import pickle
 import random
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -42,11 +41,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.cache import cache_dir
 from harness.records import LayerStat, SeriesPoint, TrialResult
+from harness.runner.checkpoint_paths import CHECKPOINTS_ENV, trial_folder
 from harness.spec.schema import CheckpointSpec
 
-CHECKPOINTS_ENV = "LAYERBENCH_CHECKPOINTS"
 DEFAULT_AFTER_S = 300.0
 """Without a `train.checkpoint` section, a trial checkpoints at each evaluation after this."""
 FORMAT = 1
@@ -85,21 +83,6 @@ class Training:
     loop: LoopState
     result: TrialResult
     clock: ClockState
-
-
-def checkpoint_root() -> Path:
-    """`$LAYERBENCH_CHECKPOINTS`, else the cache's `checkpoints/` (a shared file system on a
-    cluster, so a requeued job on another node finds its trial's checkpoints)."""
-    return Path(os.environ.get(CHECKPOINTS_ENV) or cache_dir() / "checkpoints")
-
-
-def trial_folder(key: str) -> Path:
-    return checkpoint_root() / key
-
-
-def remove_checkpoints(key: str) -> None:
-    """Remove a trial's checkpoints (its result is stored)."""
-    shutil.rmtree(trial_folder(key), ignore_errors=True)
 
 
 def every_of(spec: CheckpointSpec) -> tuple[int | None, float | None]:

@@ -382,11 +382,13 @@ def efficiency(trial: BuiltTrial, result: TrialResult, clock: Clock) -> dict[str
     }
 
 
-def trial_process(conn: Any, config: Mapping[str, Any]) -> None:
-    """Entry point of a trial's process: run, stream progress, send the result."""
+def trial_process(conn: Any, config: Mapping[str, Any], key: str | None = None) -> None:
+    """Entry point of a trial's process: run (resuming trial `key`), stream progress, send the
+    result."""
     die_with_parent()
     quiet_libraries()
-    result = run_trial(config, lambda step, total, loss: conn.send(("progress", step, total, loss)))
+    progress: Report = lambda step, total, loss: conn.send(("progress", step, total, loss))  # noqa: E731
+    result = run_trial(config, progress, key)
     conn.send(("result", result))
     conn.close()
 
