@@ -216,6 +216,8 @@ def test_a_runner_killed_mid_trial_is_resumed_to_identical_results(
     runner.kill()
     runner.wait()
     (key,) = [p.name for p in folder.iterdir()]
+    status = invoke("status", "--db", url).output
+    assert "in progress: pre-ln/gpt-2l/bytes/s0 (last checkpoint at step" in status
     monkeypatch.setenv(CHECKPOINTS_ENV, str(folder))
     assert invoke("run", str(suite), "--db", url).exit_code == 0
     assert not (folder / key).exists()  # removed once the result is stored
