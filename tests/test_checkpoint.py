@@ -216,9 +216,9 @@ def test_a_runner_killed_mid_trial_is_resumed_to_identical_results(
     runner.kill()
     runner.wait()
     (key,) = [p.name for p in folder.iterdir()]
+    monkeypatch.setenv(CHECKPOINTS_ENV, str(folder))
     status = invoke("status", "--db", url).output
     assert "in progress: pre-ln/gpt-2l/bytes/s0 (last checkpoint at step" in status
-    monkeypatch.setenv(CHECKPOINTS_ENV, str(folder))
     assert invoke("run", str(suite), "--db", url).exit_code == 0
     assert not (folder / key).exists()  # removed once the result is stored
     monkeypatch.setenv(CHECKPOINTS_ENV, str(tmp_path / "fresh"))
