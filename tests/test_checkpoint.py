@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 from benchmarks.reliability import environment, start
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import LAYERWISE, OPTIMIZERS
-from harness.runner import checkpoint
-from harness.runner.checkpoint import CHECKPOINTS_ENV, CheckpointError, check_writable, trial_folder
+from harness.runner.checkpoint import CheckpointError, check_writable
+from harness.runner.checkpoint_paths import CHECKPOINTS_ENV, trial_folder
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
@@ -158,7 +158,7 @@ def test_full_disk_keeps_the_previous_checkpoint_and_fails_with_the_reason(
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_fsync(fd)
 
-    monkeypatch.setattr(checkpoint.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     result = run_trial(trial.config, key=trial.key)
     assert result.status == "failed" and result.failed_step == 4
     assert result.error is not None and "No space left on device" in result.error
