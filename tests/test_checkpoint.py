@@ -227,3 +227,13 @@ def test_a_runner_killed_mid_trial_is_resumed_to_identical_results(
     resumed, whole = stored(url)[key], stored(whole_url)[key]
     assert resumed[0] == "done" and resumed[1] == 1 and resumed[2] <= 5
     assert resumed[3:] == whole[3:] and whole[1:3] == (0, 0)
+
+
+def test_default_rule_runs_without_checkpoints_where_the_folder_is_not_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(CHECKPOINTS_ENV, str(blocker / "checkpoints"))
+    (trial, *_) = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}", steps=4)))
+    assert run_trial(trial.config, key=trial.key).status == "done"

@@ -213,10 +213,18 @@ class Checkpoints:
 def open_checkpoints(
     key: str | None, versions: dict[str, Any], spec: CheckpointSpec | None
 ) -> Checkpoints | None:
-    """The checkpoints of trial `key` (None: a trial run outside a store, never checkpointed)."""
+    """The checkpoints of trial `key` (None: a trial run outside a store, never checkpointed).
+    A folder that cannot be written fails a trial whose suite asks for checkpoints; under the
+    default rule the trial runs without them, and the log says so."""
     if key is None:
         return None
-    return Checkpoints(key, json.dumps(versions, sort_keys=True, default=str), spec)
+    try:
+        return Checkpoints(key, json.dumps(versions, sort_keys=True, default=str), spec)
+    except CheckpointError as error:
+        if spec is not None:
+            raise
+        log.warning("trial %s runs without checkpoints: %s", key[:12], error)
+        return None
 
 
 def check_writable(folder: Path) -> None:
