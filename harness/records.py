@@ -85,3 +85,7 @@ class TrialResult:
     environment: dict[str, Any] = field(default_factory=dict)
     examples: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per-example outcomes of an evaluation-only trial: metric -> example id -> value."""
+    resumes: int = 0
+    """How many times the trial resumed from a checkpoint (`harness.runner.checkpoint`)."""
+    recomputed_steps: int = 0
+    """Steps run again after its interruptions (those past the checkpoint it resumed from)."""

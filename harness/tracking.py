@@ -74,6 +74,8 @@ class MLflowTracker:
             "task": trial.task,
             "seed": str(trial.seed),
         }
+        if trial.resumes:  # resumed from checkpoints: still one run with the whole series
+            tags |= {"resumes": str(trial.resumes), "recomputed_steps": str(trial.recomputed_steps)}
         experiment_id = self.experiment_id(trial.suite)
         if trial.mlflow_run_id is None:  # no finished logging of this trial reached the store
             self.delete_partial_runs(experiment_id, trial.key)

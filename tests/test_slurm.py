@@ -432,3 +432,34 @@ def test_command_line_slurm_options_override_the_suite_and_a_bad_flag_is_invalid
     ran = invoke("run", str(tiny_suite), "--backend", "slurm", "--sbatch", "x")
     assert ran.exit_code == 2
     assert "--sbatch takes KEY=VALUE" in ran.output
+
+
+def test_a_requeued_job_resumes_its_trial_from_its_checkpoint(
+    slurm: Cluster, tmp_path: Path
+) -> None:
+    train = "{steps: 4000, eval_every: 1000, log_every: 50, checkpoint: {every: 200}}"
+    suite = suite_file(tmp_path, f"pre-ln: {{train: {train}}}", seeds="[0]")
+    checkpoints = tmp_path / "checkpoints"
+    db = f"sqlite:///{tmp_path / 'requeue.db'}"
+    log = tmp_path / "driver.log"
+    run = ["run", str(suite), "--db", db, "--no-mlflow", "--backend", "slurm"]
+    process = driver(run, log, LAYERBENCH_CHECKPOINTS=str(checkpoints))
+    deadline = time.monotonic() + 300
+    while not list(checkpoints.glob("*/step-*.pt")) and time.monotonic() < deadline:
+        assert process.poll() is None, log.read_text()
+        time.sleep(0.2)
+    jobs = subprocess.run(
+        ["squeue", "--noheader", "--states=RUNNING", "--format=%i"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    subprocess.run(["scontrol", "requeue", *jobs], check=True)
+    assert process.wait(timeout=600) == 0, log.read_text()
+    (trial,) = trials_by_key(db).values()
+    assert trial.status == "done" and trial.resumes >= 1, log.read_text()
+    local = f"sqlite:///{tmp_path / 'local.db'}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LAYERBENCH_CHECKPOINTS", str(tmp_path / "local-checkpoints"))
+        assert invoke("run", str(suite), "--db", local, "--no-mlflow").exit_code == 0
+    assert final_metrics(db) == final_metrics(local)

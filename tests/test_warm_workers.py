@@ -122,7 +122,7 @@ def test_a_forked_trial_gets_the_environment_it_is_given_before_the_trial_runs(
     monkeypatch.setenv("LAYERBENCH_PROBE", "stale")
     seen: dict[str, str | None] = {}
 
-    def probe(conn: object, config: dict[str, object]) -> None:
+    def probe(conn: object, config: dict[str, object], key: str | None = None) -> None:
         seen.update(
             {name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "LAYERBENCH_PROBE")}
         )

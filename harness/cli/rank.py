@@ -238,10 +238,12 @@ def report(
 
 @app.command()
 def status(db: DbOption = None) -> None:
-    """Trials stored per suite and status, and those no longer current here (superseded by a
-    version change, or their data not installed)."""
+    """Trials stored per suite and status, those no longer current here (superseded by a
+    version change, or their data not installed), and those in progress with the step of
+    their last checkpoint."""
+    from harness.runner.checkpoint_paths import last_checkpoint_step
     from harness.store.coverage import stale_counts, stale_trials
-    from harness.store.queries import status_counts
+    from harness.store.queries import in_progress, status_counts
 
     engine = open_db(db)
     rows = status_counts(engine)
@@ -251,4 +253,9 @@ def status(db: DbOption = None) -> None:
         console.print(f"{suite:<30} {trial_status:<9} {count}")
     for suite, reason, count in stale_counts(stale_trials(engine)):
         line = f"{suite:<30} not current: {count} {reason}"
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for suite, key, label in in_progress(engine):
+        step = last_checkpoint_step(key)
+        saved = "no checkpoint yet" if step is None else f"last checkpoint at step {step}"
+        line = f"{suite:<30} in progress: {label} ({saved})"
         console.print(line, markup=False, highlight=False, soft_wrap=True)

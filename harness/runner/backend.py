@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from harness.records import PlannedTrial, TrialResult
+from harness.runner.checkpoint_paths import discard_checkpoints
 from harness.utils import startup
 
 HEARTBEAT_EVERY_S = 10.0
@@ -129,6 +130,7 @@ def record(
 ) -> None:
     """Store a finished trial (SQL, then MLflow through the ledger) the way every backend does."""
     ledger.finish(trial, result)
+    discard_checkpoints(trial, result)
     results[trial.key] = result
     progress.finished(trial, result)
 
@@ -163,16 +165,17 @@ def renew_leases(leases: Iterable[Lease], ledger: Ledger) -> None:
             lease.last_heartbeat = time.monotonic()
 
 
-def run_in_worker(config: dict[str, Any]) -> TrialResult:
+def run_in_worker(config: dict[str, Any], key: str | None = None) -> TrialResult:
     """A trial of a config from `worker_config` in a cluster worker's fresh process (a Slurm
     job): its imports without the cyclic garbage collector (`harness.utils.startup`),
     third-party output quieted (`run_trial` sets the trial's threads, as on every backend)."""
     os.environ.setdefault("TQDM_DISABLE", "1")
     with startup():
-        from harness.runner.trial import quiet_libraries, run_trial
+        from harness.runner.process import quiet_libraries
+        from harness.runner.trial import run_trial
 
         quiet_libraries()
-    return run_trial(config)
+    return run_trial(config, key=key)
 
 
 def worker_config(trial: PlannedTrial) -> dict[str, Any]:

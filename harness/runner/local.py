@@ -117,7 +117,8 @@ def run_local(
             break
         while len(active) < workers and (trial := claim_next(pending, ledger, progress)):
             receiver, sender = ctx.Pipe(duplex=False)
-            process = ctx.Process(target=forked_trial, args=(sender, trial.config))
+            args = (sender, trial.config, None, trial.key)
+            process = ctx.Process(target=forked_trial, args=args)
             process.start()
             sender.close()
             active[receiver] = Running(trial=trial, process=process)
@@ -140,12 +141,16 @@ def run_local(
 
 
 def forked_trial(
-    conn: Connection, config: dict[str, Any], environment: Mapping[str, str | None] | None = None
+    conn: Connection,
+    config: dict[str, Any],
+    environment: Mapping[str, str | None] | None = None,
+    key: str | None = None,
 ) -> None:
     """A trial process's target: `trial_process`, imported in the child (the fork server has
     it loaded), so that the runner itself never imports torch: that would take seconds of CPU
     just as the first trials start. `environment` sets (None: removes) variables the fork
-    server's own environment may hold otherwise, before anything reads them."""
+    server's own environment may hold otherwise, before anything reads them. With the trial's
+    `key`, it resumes from its checkpoints."""
     for name, value in (environment or {}).items():
         if value is None:
             os.environ.pop(name, None)
@@ -153,7 +158,7 @@ def forked_trial(
             os.environ[name] = value
     from harness.runner.trial import trial_process
 
-    trial_process(conn, config)
+    trial_process(conn, config, key)
 
 
 def run_forked(trial: PlannedTrial, environment: Mapping[str, str | None]) -> TrialResult:
@@ -165,7 +170,7 @@ def run_forked(trial: PlannedTrial, environment: Mapping[str, str | None]) -> Tr
     ctx = context()
     start_server([trial])
     receiver, sender = ctx.Pipe(duplex=False)
-    args = (sender, worker_config(trial), environment)
+    args = (sender, worker_config(trial), environment, trial.key)
     process = ctx.Process(target=forked_trial, args=args)
     with main_module_hidden():
         process.start()

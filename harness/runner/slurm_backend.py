@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -126,14 +125,29 @@ def executor_parameters(
     return parameters
 
 
-def slurm_trial(config: dict[str, Any]) -> TrialResult:
+MAX_JOBS_PER_TRIAL = 100
+"""How many jobs one trial may span (submitit's `max_num_timeout`: requeues at a time limit)."""
+
+
+@dataclass(frozen=True)
+class SlurmTrial:
     """A Slurm task: run the trial in this (fresh) process and return its result to the driver.
 
-    submitit turns Slurm's time-limit warning (SIGUSR2) into a requeue or an error inside
-    whatever code runs; a trial has no checkpoint to resume from, so the warning is ignored and
-    Slurm's own limit ends the job (`TIMEOUT`), which the driver stores as `timeout`."""
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-    return run_in_worker(config)
+    It follows submitit's checkpointing protocol: at Slurm's warning before a time limit or a
+    preemption (`--signal=USR2@90`, submitit's default) submitit calls `checkpoint`, which asks
+    for the same task again, and requeues the job; the trial's process ends there and the
+    requeued job resumes it from its newest checkpoint (`harness.runner.checkpoint`), so a
+    trial longer than the partition's `--time` completes over several jobs, recomputing at most
+    one checkpoint interval each time. A trial without a checkpoint starts again."""
+
+    key: str
+
+    def __call__(self, config: dict[str, Any]) -> TrialResult:
+        return run_in_worker(config, self.key)
+
+    def checkpoint(self, config: dict[str, Any]) -> Any:
+        submitit = import_submitit()
+        return submitit.helpers.DelayedSubmission(self, config)
 
 
 def slurm_backend(suite: Suite, options: BackendOptions) -> Executor:
@@ -201,7 +215,7 @@ def run_slurm(
                 break
             batch = claim_batch(pending, ledger, progress, slurm.array_parallelism - len(active))
             if batch:
-                executor = submitit.SlurmExecutor(folder=folder)
+                executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=MAX_JOBS_PER_TRIAL)
                 executor.update_parameters(**executor_parameters(batch[0], resources, slurm))
                 for trial, job in zip(batch, submit(executor, batch), strict=True):
                     active[job.job_id] = Submitted(
@@ -238,7 +252,7 @@ def alike(first: PlannedTrial, other: PlannedTrial) -> bool:
 def submit(executor: Any, batch: list[PlannedTrial]) -> list[Any]:
     """One job array for the batch (a single job when it has one trial)."""
     with executor.batch():
-        jobs = [executor.submit(slurm_trial, worker_config(trial)) for trial in batch]
+        jobs = [executor.submit(SlurmTrial(trial.key), worker_config(trial)) for trial in batch]
     return jobs
 
 

@@ -6,12 +6,10 @@ evaluation. Results go back to the runner, which alone writes to the database.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import platform
 import random
-import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -34,8 +32,16 @@ from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
 from harness.records import LayerStat, SeriesPoint, TrialResult
 from harness.registry import SCHEDULES
+from harness.runner.checkpoint import (
+    CheckpointError,
+    Checkpoints,
+    LoopState,
+    Training,
+    open_checkpoints,
+)
 from harness.runner.finetune import finetune_summary, finetuning_subjects, trainable_params
 from harness.runner.posttrain import compress
+from harness.runner.process import die_with_parent, quiet_libraries
 from harness.runner.warm import prebuilt_task, train_task
 from harness.spec.plan import trial_versions
 from harness.spec.recipe import TrialKind, TrialRecipe, load_recipe
@@ -216,15 +222,26 @@ def diagnose(trial: BuiltTrial, probe: StepProbe, step: int, clock: Clock) -> li
     return stats
 
 
-def train(trial: BuiltTrial, result: TrialResult, clock: Clock, report: Report) -> None:
-    """The training loop; fills `result` as it goes so a stopped trial keeps its series."""
+def train(
+    trial: BuiltTrial,
+    result: TrialResult,
+    clock: Clock,
+    report: Report,
+    checkpoints: Checkpoints | None = None,
+) -> None:
+    """The training loop; fills `result` as it goes so a stopped trial keeps its series. With
+    `checkpoints`, it resumes from the newest valid one and writes them as their rule says."""
     train_cfg = trial.recipe.train
     generator = torch.Generator().manual_seed(trial.recipe.seed)
-    batches: Iterator[Batch] = trial.task.train_batches(train_cfg.batch_size, generator)
     scaler = torch.amp.GradScaler(trial.device.type, enabled=trial.recipe.precision == "fp16")
-    window: list[float] = []
-    initial: float | None = None
-    for step in range(1, train_cfg.steps + 1):
+    loop = LoopState()
+    state = Training(
+        trial.model, trial.optimizer, trial.scheduler, scaler, generator, loop, result, clock
+    )
+    first = checkpoints.resume(state) + 1 if checkpoints else 1
+    result.steps_done = first - 1
+    batches: Iterator[Batch] = trial.task.train_batches(train_cfg.batch_size, generator)
+    for step in range(first, train_cfg.steps + 1):
         if clock.wall_s > trial.recipe.time_limit_s:
             raise Stop(Status.TIMEOUT, step - 1, f"time limit {trial.recipe.time_limit_s:g} s")
         batch = to_device(next(batches), trial.device)
@@ -235,25 +252,36 @@ def train(trial: BuiltTrial, result: TrialResult, clock: Clock, report: Report) 
         loss = train_step(trial, batch, scaler, probe)
         clock.train_s += time.perf_counter() - started
         result.steps_done, result.tokens = step, result.tokens + trial.task.batch_tokens(batch)
-        initial = loss if initial is None else initial
-        check_divergence(loss, initial, train_cfg.divergence_factor, step)
-        window.append(loss)
+        loop.initial = loss if loop.initial is None else loop.initial
+        check_divergence(loss, loop.initial, train_cfg.divergence_factor, step)
+        loop.window.append(loss)
         if step % train_cfg.log_every == 0 or step == train_cfg.steps:
+            if checkpoints:
+                checkpoints.mark(step)
             report(step, train_cfg.steps, loss)
         if probe is not None:
             result.layer_stats += diagnose(trial, probe, step, clock)
         if evaluating:
             metrics = evaluate(trial, clock, final=False)
-            metrics["train_loss"] = sum(window) / len(window)
-            window.clear()
+            metrics["train_loss"] = sum(loop.window) / len(loop.window)
+            loop.window.clear()
             result.series.append(
                 SeriesPoint(step, result.tokens, clock.train_s, clock.wall_s, metrics)
             )
+        if (
+            checkpoints
+            and step < train_cfg.steps
+            and checkpoints.due(step, evaluating, clock.wall_s)
+        ):
+            checkpoints.save(step, state)
 
 
-def run_trial(config: Mapping[str, Any], report: Report | None = None) -> TrialResult:
+def run_trial(
+    config: Mapping[str, Any], report: Report | None = None, key: str | None = None
+) -> TrialResult:
     """Run the trial of a config (`TrialRecipe.config`) to a final status; never raises for a
-    failure of the trial itself.
+    failure of the trial itself. With its trial `key`, a training trial checkpoints and resumes
+    from its newest checkpoint (`harness.runner.checkpoint`).
 
     It runs on the intra-op threads its recipe says (`TrialRecipe.threads`), whoever calls it:
     a backend's worker, a warm fork, or a test in its own process."""
@@ -268,12 +296,16 @@ def run_trial(config: Mapping[str, Any], report: Report | None = None) -> TrialR
             elif recipe.kind.pretrained:
                 result.final = evaluate_pretrained(recipe, result, clock)
             else:
-                result.final = train_and_evaluate(recipe, result, clock, report)
+                result.final = train_and_evaluate(recipe, result, clock, report, key)
         result.status = Status.DONE
     except Stop as stop:
         result.status, result.failed_step, result.error = stop.status, stop.step, str(stop)
-    except DataMissingError as missing:
-        result.status, result.error = Status.FAILED, str(missing)
+    except (DataMissingError, CheckpointError) as reason:
+        result.status, result.failed_step, result.error = (
+            Status.FAILED,
+            result.steps_done,
+            str(reason),
+        )
     except Exception:
         result.status, result.failed_step = Status.FAILED, result.steps_done
         result.error = traceback.format_exc()
@@ -286,12 +318,14 @@ def run_trial(config: Mapping[str, Any], report: Report | None = None) -> TrialR
 
 
 def train_and_evaluate(
-    recipe: TrialRecipe, result: TrialResult, clock: Clock, report: Report
+    recipe: TrialRecipe, result: TrialResult, clock: Clock, report: Report, key: str | None = None
 ) -> dict[str, float]:
-    """Train, then prune and quantize if the method says so, then the final evaluation."""
+    """Train (from the newest checkpoint of trial `key` if there is one), then prune and
+    quantize if the method says so, then the final evaluation."""
+    checkpoints = open_checkpoints(key, trial_versions(recipe), recipe.train.checkpoint)
     trial = build(recipe)
     result.environment = environment(trial.device, recipe)
-    train(trial, result, clock, report)
+    train(trial, result, clock, report, checkpoints)
     compressed: dict[str, float] = {}
     if recipe.prune is not None or recipe.quantize is not None:
         started = time.perf_counter()
@@ -383,37 +417,12 @@ def efficiency(trial: BuiltTrial, result: TrialResult, clock: Clock) -> dict[str
     }
 
 
-def trial_process(conn: Any, config: Mapping[str, Any]) -> None:
-    """Entry point of a trial's process: run, stream progress, send the result."""
+def trial_process(conn: Any, config: Mapping[str, Any], key: str | None = None) -> None:
+    """Entry point of a trial's process: run (resuming trial `key`), stream progress, send the
+    result."""
     die_with_parent()
     quiet_libraries()
-    result = run_trial(config, lambda step, total, loss: conn.send(("progress", step, total, loss)))
+    progress: Report = lambda step, total, loss: conn.send(("progress", step, total, loss))  # noqa: E731
+    result = run_trial(config, progress, key)
     conn.send(("result", result))
     conn.close()
-
-
-def quiet_libraries() -> None:
-    """Library progress bars and chatter would garble the runner's own progress display.
-    transformers is quieted now if imported (the model stack), else by the environment it reads
-    when it is: a trial of the built-in gpt never imports it."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    if "transformers" in sys.modules:
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
-        transformers_logging.set_verbosity_error()
-    for name in ("lm_eval", "lm-eval", "datasets"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    detach_stream_handlers()  # torch's and transformers' own, attached at their import
-
-
-def die_with_parent() -> None:
-    """Linux: end this process if the runner that started it is killed."""
-    if platform.system() == "Linux":
-        import ctypes
-        import signal
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)

@@ -244,7 +244,8 @@ class TrialRecipe:
         """The trial's config: the JSON stored with the trial and hashed into its key (see the
         module docstring for what it keeps as it always was)."""
         sections = {name: dumped(getattr(self, name)) for name in SETTINGS}
-        train = self.train.model_dump(mode="json", exclude={"compile"})
+        unset = {"checkpoint"} if self.train.checkpoint is None else set()
+        train = self.train.model_dump(mode="json", exclude={"compile", *unset})
         sections["train"] = {**train, "compile": True} if self.compile else train
         threads = {} if self.threads == DEFAULT_THREADS else {"threads": self.threads}
         return {

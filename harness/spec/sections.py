@@ -4,7 +4,7 @@ uses (unknown keys are errors)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -13,6 +13,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    StringConstraints,
     model_validator,
 )
 
@@ -90,6 +91,29 @@ class OptimizerSpec(StrictModel):
     )
 
 
+Seconds = Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+)?s$")]
+"""A duration in seconds written as `600s`."""
+
+
+class CheckpointSpec(StrictModel):
+    """When a training trial writes a checkpoint it can resume from (`harness.runner.checkpoint`).
+
+    Without this section a trial checkpoints at each evaluation once it has trained for
+    `DEFAULT_AFTER_S` (five minutes) of wall time, so tiny trials never write one."""
+
+    every: PositiveInt | Literal["eval"] | Seconds = Field(
+        "eval",
+        description="Steps between two checkpoints (an integer), `eval` (at each evaluation) or "
+        "seconds of wall time as `600s`.",
+    )
+    keep: PositiveInt = Field(
+        2, description="Checkpoints kept per trial, newest first (a corrupt newest falls back)."
+    )
+    keep_final: bool = Field(
+        False, description="Keep the last checkpoint after the trial's result is stored."
+    )
+
+
 class TrainSpec(StrictModel):
     """The training loop's budget and schedule."""
 
@@ -130,6 +154,11 @@ class TrainSpec(StrictModel):
         "evaluation stays eager. `auto`: on for CUDA, off on the CPU. The planned trial's config "
         "holds `true` when it compiles and nothing when it runs eager (so eager trials keep "
         "their keys).",
+    )
+    checkpoint: CheckpointSpec | None = Field(
+        None,
+        description="Checkpointing inside the trial (every, keep, keep_final); unset: at each "
+        "evaluation once the trial has run five minutes. Left out of the config when unset.",
     )
 
 

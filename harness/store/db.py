@@ -368,6 +368,8 @@ def finished(result: TrialResult) -> dict[str, Any]:
         "train_time_s": result.train_time_s,
         "eval_time_s": result.eval_time_s,
         "wall_time_s": result.wall_time_s,
+        "resumes": result.resumes,
+        "recomputed_steps": result.recomputed_steps,
         "environment": result.environment,
         "ended_at": now(),
         "claimed_by": None,

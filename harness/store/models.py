@@ -70,6 +70,10 @@ class Trial(Base):
     started_at: Mapped[datetime | None]
     ended_at: Mapped[datetime | None]
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    resumes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Times the trial resumed from a checkpoint (`harness.runner.checkpoint`)."""
+    recomputed_steps: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Steps run again after its interruptions."""
     suite_run_id: Mapped[int | None] = mapped_column(ForeignKey("suite_runs.id"))
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
 

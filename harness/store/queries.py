@@ -69,6 +69,17 @@ def status_counts(engine: Engine) -> list[tuple[str, Status, int]]:
         return sorted((suite, Status(status), count) for suite, status, count in rows)
 
 
+def in_progress(engine: Engine) -> list[tuple[str, str, str]]:
+    """(suite, trial key, "method/model/task/sSEED") of every running trial."""
+    with Session(engine) as session:
+        rows = session.execute(
+            select(Trial.suite, Trial.key, Trial.method, Trial.model, Trial.task, Trial.seed)
+            .where(Trial.status == Status.RUNNING)
+            .order_by(Trial.suite, Trial.method, Trial.seed)
+        )
+        return [(r[0], r[1], f"{r[2]}/{r[3]}/{r[4]}/s{r[5]}") for r in rows]
+
+
 OUTCOME_COLUMNS = (
     Trial.id,
     Trial.method,

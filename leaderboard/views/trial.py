@@ -17,7 +17,18 @@ from leaderboard.state import Context, current, last_declaration, selected_trial
 from leaderboard.tables import dashed
 from leaderboard.text import plain
 
-TIMINGS = ["steps_done", "tokens", "train_time_s", "eval_time_s", "wall_time_s", "attempts"]
+TIMINGS = [
+    "steps_done",
+    "tokens",
+    "train_time_s",
+    "eval_time_s",
+    "wall_time_s",
+    "attempts",
+    "resumes",
+    "recomputed_steps",
+]
+"""The trial's counters; `resumes`: times it resumed from a checkpoint, `recomputed_steps`: steps
+it ran again after its interruptions."""
 
 
 def render(context: Context) -> None:
