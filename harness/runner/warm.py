@@ -37,6 +37,7 @@ from pydantic import BaseModel
 
 from harness.logs import detach_stream_handlers
 from harness.records import PlannedTrial
+from harness.runner.checkpoint_paths import CHECKPOINTS_ENV
 from harness.spec.recipe import TrialRecipe, train_task_section
 from harness.utils import end_startup
 
@@ -49,10 +50,10 @@ MODEL_STACK = ("harness.models.gpt_hf", "lm_eval.api.model", "optimum.quanto")
 """Modules trials import only when they use them (`uses_model_stack`): transformers' model stack
 (through the built-in gpt's `PreTrainedModel` face), lm-eval's model API, optimum-quanto."""
 
-TRIAL_ENV = ("LAYERBENCH_DATA",)
-"""Environment variables a trial reads to find its inputs (the prepared datasets' folder): a
-forked trial sees the fork server's environment, so a server started under other values is
-replaced (`start_server`)."""
+TRIAL_ENV = ("LAYERBENCH_DATA", CHECKPOINTS_ENV)
+"""Environment variables a trial reads to find its files (the prepared datasets', its
+checkpoints' folders): a forked trial sees the fork server's environment, so a server started
+under other values is replaced (`start_server`)."""
 
 log = logging.getLogger(__name__)
 _tasks: dict[str, Task] = {}
