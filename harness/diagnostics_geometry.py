@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -119,6 +120,18 @@ class WeightTracker:
             for name, p in layer.named_parameters()
             if p.ndim == 2
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The weights at creation and the power-iteration vectors (a checkpoint's part, so a
+        resumed trial measures rotation from its real start and continues the iteration)."""
+        vectors = {f"{index}/{name}": vector for (index, name), vector in self.vectors.items()}
+        return {"initial": self.initial, "vectors": vectors}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.initial = state["initial"]
+        for key, vector in state["vectors"].items():
+            index, _, name = key.partition("/")
+            self.vectors[int(index), name] = vector
 
     @torch.no_grad()
     def stats(self, step: int) -> list[LayerStat]:

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.diagnostics_geometry import WeightTracker
 from harness.records import LayerStat, SeriesPoint, TrialResult
 from harness.runner.checkpoint_paths import CHECKPOINTS_ENV, trial_folder
 from harness.spec.sections import CheckpointSpec
@@ -83,6 +84,8 @@ class Training:
     loop: LoopState
     result: TrialResult
     clock: ClockState
+    weights: WeightTracker | None = None
+    """The layer-rotation and spectral-norm diagnostics' reference weights and vectors."""
 
 
 def every_of(spec: CheckpointSpec) -> tuple[int | None, float | None]:
@@ -163,6 +166,7 @@ class Checkpoints:
             "counters": {"steps_done": result.steps_done, "tokens": result.tokens},
             "resumes": {"count": result.resumes, "recomputed": result.recomputed_steps},
             "clock": {"train_s": clock.train_s, "eval_s": clock.eval_s, "wall_s": wall(clock)},
+            "weights": training.weights.state_dict() if training.weights else None,
         }
 
     def newest(self) -> dict[str, Any] | None:
@@ -411,3 +415,5 @@ def restore(state: dict[str, Any], training: Training) -> None:
     clock = training.clock
     clock.train_s, clock.eval_s = state["clock"]["train_s"], state["clock"]["eval_s"]
     clock.start = time.perf_counter() - state["clock"]["wall_s"]
+    if training.weights is not None and state["weights"] is not None:
+        training.weights.load_state_dict(state["weights"])

@@ -236,7 +236,15 @@ def train(
     scaler = torch.amp.GradScaler(trial.device.type, enabled=trial.recipe.precision == "fp16")
     loop = LoopState()
     state = Training(
-        trial.model, trial.optimizer, trial.scheduler, scaler, generator, loop, result, clock
+        trial.model,
+        trial.optimizer,
+        trial.scheduler,
+        scaler,
+        generator,
+        loop,
+        result,
+        clock,
+        trial.tracker,
     )
     first = checkpoints.resume(state) + 1 if checkpoints else 1
     result.steps_done = first - 1
