@@ -32,6 +32,10 @@ TRIAL_METRICS = declare_metrics(
     ("train_loss", MIN, "training loss (mean over the last logging window)", "nats/token"),
     ("tokens_per_s", MAX, "training throughput (tokens per second of train time)", "tokens/s"),
     ("params", MIN, "number of parameters", "parameters"),
+    ("peak_memory_bytes", MIN, "peak device memory (CUDA allocated, else process RSS)", "bytes"),
+    ("flops_per_token", MIN, "model training FLOPs per token, 6N + 12 L d T (PaLM)", "FLOPs/token"),
+    ("mfu", MAX, "model FLOPs utilization: tokens/s x FLOPs/token / device peak", "fraction"),
+    ("devices", MIN, "devices the trial trained on", "devices"),
 )
 """What every training trial reports besides its task's metrics (`harness.runner.trial`)."""
 COMPRESSION_METRICS = declare_metrics(
