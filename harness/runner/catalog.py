@@ -38,6 +38,9 @@ TRIAL_METRICS = declare_metrics(
     ("devices", MIN, "devices the trial trained on", "devices"),
 )
 """What every training trial reports besides its task's metrics (`harness.runner.trial`)."""
+MEASURED_METRICS = ("tokens_per_s", "mfu", "peak_memory_bytes")
+"""The trial metrics that measure the run, not its result: two runs of a trial store the same
+numbers but these (wall-clock speed, memory)."""
 COMPRESSION_METRICS = declare_metrics(
     ("layers_removed", MAX, "layers removed by pruning", "blocks"),
     ("layers", MIN, "blocks left after pruning", "blocks"),
