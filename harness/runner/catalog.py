@@ -38,6 +38,9 @@ TRIAL_METRICS = declare_metrics(
     ("devices", MIN, "devices the trial trained on", "devices"),
 )
 """What every training trial reports besides its task's metrics (`harness.runner.trial`)."""
+COST_METRICS = ("tokens_per_s", "mfu", "peak_memory_bytes", "flops_per_token", "devices")
+"""What a training trial cost (`harness.runner.cost`): `layerbench rank --json` and the
+leaderboard show them beside each trial."""
 MEASURED_METRICS = ("tokens_per_s", "mfu", "peak_memory_bytes")
 """The trial metrics that measure the run, not its result: two runs of a trial store the same
 numbers but these (wall-clock speed, memory)."""
