@@ -3,16 +3,20 @@ and its devices, stored with every new training trial."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from harness.env import cpu_model
 from harness.runner.cost import flops_per_token, known_peak, measured_peak
 from harness.runner.trial import build, prepare, run_trial
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
-from tests.factories import tiny_gpt, write_suite
+from leaderboard.cost import LABELS
+from tests.factories import invoke, tiny_gpt, write_suite
+from tests.test_leaderboard import run_app
 
 
 def test_flops_per_token_is_palms_6n_plus_12_l_d_t_without_position_embeddings() -> None:
@@ -60,3 +64,26 @@ def test_a_new_trial_stores_what_it_cost(tmp_path: Path, monkeypatch: pytest.Mon
     assert final["devices"] == 1 and env["device_count"] == 1
     assert env["device"] == "cpu" and env["precision"] == "fp32"
     assert env["peak_flops_source"].startswith("measured: best 512x512 fp32 matmul")
+
+
+@pytest.mark.slow
+def test_rank_json_and_the_leaderboard_show_what_each_trial_cost(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path, "pre-ln: {}", steps=2, eval_every=2)
+    assert invoke("run", str(suite), "--no-mlflow").exit_code == 0
+    ranked = json.loads(invoke("rank", str(suite), "--format", "json").stdout)
+    trials = [trial for row in ranked["rows"] for trial in row["trials"]]
+    assert len(trials) == 2
+    for trial in trials:
+        cost = trial["cost"]
+        assert cost["tokens_per_s"] > 0 and 0 < cost["mfu"] < 1 and cost["devices"] == 1
+        assert cost["peak_memory_bytes"] > 50e6 and cost["flops_per_token"] > 0
+        assert cost["device_name"] == cpu_model()
+    at = run_app("trial", key=trials[0]["key"])
+    table = at.dataframe[-1].value
+    assert list(table["cost"]) == list(LABELS.values())
+    shown_cost = dict(zip(table["cost"], table["value"], strict=True))
+    assert shown_cost["device"] == cpu_model() and shown_cost["MFU"].endswith("%")
+    compare = run_app("compare")
+    assert "What it cost" in [header.value for header in compare.header]
+    per_method = compare.dataframe[-1].value
+    assert list(per_method["method"]) == ["pre-ln"] and per_method["devices"][0] == "1"

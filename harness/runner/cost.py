@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import resource
 import time
@@ -93,7 +94,9 @@ def measured_peak(device: torch.device, precision: str, threads: int, folder: Pa
     if key not in known:
         known[key] = matmul_flops(device, precision)
         folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(read_measured(path) | {key: known[key]}, indent=1))
+        written = path.with_suffix(f".{os.getpid()}.tmp")  # trials beside it may write too
+        written.write_text(json.dumps(read_measured(path) | {key: known[key]}, indent=1))
+        written.replace(path)
     return known[key]
 
 
