@@ -70,7 +70,8 @@ def flops_per_token(model: nn.Module, seq_len: int, layers: int) -> float:
 
 def model_width(model: nn.Module) -> int:
     """d, the width of the token embeddings."""
-    embeddings = model.get_input_embeddings()
+    get = getattr(model, "get_input_embeddings", None)
+    embeddings = get() if callable(get) else None
     if not isinstance(embeddings, nn.Embedding):
         raise TypeError(f"{type(model).__name__} has no token embedding to read its width from")
     return embeddings.embedding_dim
