@@ -64,3 +64,11 @@ def test_the_local_runner_gives_each_trial_its_own_gpu(tmp_path: Path, fresh_ser
     run_local(trials, ledger, workers=2, placement=Placement(GpuPool.of_count(2), gpus=1))
     seen = [result.environment["cuda_visible_devices"] for result in ledger.results.values()]
     assert len(seen) == 4 and set(seen) <= {"0", "1"}
+
+
+def test_gpus_asked_for_on_a_machine_without_any_are_refused_whatever_the_device(
+    tmp_path: Path,
+) -> None:
+    path = write_suite(tmp_path, "pre-ln: {}", extra="resources: {gpus: 1}\n")
+    with pytest.raises(SuiteError, match="each trial asks for 1 GPU but this machine has 0"):
+        load_suite(path, gpus=0)

@@ -18,21 +18,19 @@ def device_problems(suite: Suite, locator: Locator, gpus: int) -> Iterator[Probl
     """What this machine, with `gpus` GPUs, cannot give the suite's trials, each at the line
     that asks for it."""
     seen: set[Loc] = set()
-    needs_gpu = False
     for name in suite.methods:
         for point, settings in trial_settings(suite, name):
-            device = settings.device
-            needs_gpu |= device.startswith("cuda") or (device == "auto" and gpus > 0)
-            message = device_message(device, gpus)
+            message = device_message(settings.device, gpus)
             loc = device_loc(suite, name, "device" in point)
             if message and loc not in seen:
                 seen.add(loc)
                 yield locator.problem(loc, message)
     wanted = suite.resources.gpus
-    if needs_gpu and wanted is not None and wanted > gpus:
+    if wanted is not None and wanted > gpus:
         yield locator.problem(
             ("resources", "gpus"),
-            f"each trial asks for {wanted:g} GPUs but this machine has {gpus}; lower "
+            f"each trial asks for {wanted:g} GPU{'' if wanted == 1 else 's'} but this machine "
+            f"has {gpus}; lower "
             "resources.gpus or run the suite where there are more (--backend slurm or ray)",
         )
 
