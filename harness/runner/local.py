@@ -125,11 +125,11 @@ def run_local(
     start_server(pending)
     active: dict[Connection, Running] = {}
     results: dict[str, TrialResult] = {}
+    ready = lambda trial: placement.ready(trial.recipe.device)  # noqa: E731
     while pending or active:
         if stop is not None and stop.is_set():
             abandon(active, ledger)
             break
-        ready = lambda trial: placement.ready(trial.recipe.device)  # noqa: E731
         while len(active) < workers and (trial := claim_next(pending, ledger, progress, ready)):
             gpus = placement.take(trial.recipe.device) or ()
             receiver, sender = ctx.Pipe(duplex=False)
