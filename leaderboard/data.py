@@ -254,6 +254,17 @@ def layer_stats(engine: Engine, keys: Iterable[str]) -> pd.DataFrame:
     return _frame(engine, queries, ["key", "step", "layer", "name", "value"])
 
 
+def trial_devices(engine: Engine, keys: Iterable[str]) -> dict[str, str | None]:
+    """The device each trial ran on (its stored environment's `device_name`), by key."""
+    queries = [
+        select(Trial.key, Trial.environment).where(Trial.key.in_(chunk))
+        for chunk in chunks(keys, CHUNK)
+    ]
+    with Session(engine) as session:
+        rows = [tuple(row) for query in queries for row in session.execute(query)]
+    return {key: (environment or {}).get("device_name") for key, environment in rows}
+
+
 def final_values(engine: Engine, keys: Iterable[str], names: Iterable[str]) -> pd.DataFrame:
     """Final metrics `names` of the trials: key, name, value."""
     names = list(names)

@@ -33,6 +33,7 @@ from harness.cli import app
 from harness.core import TrialOutcome
 from harness.models.gpt import GPT, GPTSpec, build_gpt
 from harness.records import LayerStat, PlannedTrial, SeriesPoint, Status, TrialResult
+from harness.runner.catalog import MEASURED_METRICS
 from harness.spec.declaration import RankingDeclaration
 from harness.spec.recipe import model_norm
 from harness.spec.sections import NormSpec
@@ -407,7 +408,7 @@ def stored(result: TrialResult) -> tuple[object, ...]:
     """What the store keeps of a trial, less its timings and environment."""
     return (
         result.status,
-        result.final | {"tokens_per_s": None},
+        result.final | dict.fromkeys(MEASURED_METRICS),
         [(p.step, p.tokens, p.metrics) for p in result.series],
         result.layer_stats,
         result.steps_done,

@@ -29,6 +29,7 @@ from harness.models.gpt import (
 from harness.models.gpt_hf import GPTForCausalLM, as_pretrained
 from harness.records import TrialResult
 from harness.registry import MODELS, NORM_TYPES
+from harness.runner.catalog import MEASURED_METRICS
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
@@ -387,7 +388,7 @@ def uncached_rope(model: GPT, seq_len: int, device: torch.device) -> tuple[torch
 
 def stored(result: TrialResult) -> tuple[object, ...]:
     """What the store keeps of a trial, less its timings and environment."""
-    final = {name: value for name, value in result.final.items() if name != "tokens_per_s"}
+    final = {name: value for name, value in result.final.items() if name not in MEASURED_METRICS}
     series = [(point.step, point.metrics) for point in result.series]
     return result.status, final, series, result.layer_stats, result.steps_done, result.tokens
 

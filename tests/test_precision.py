@@ -57,6 +57,19 @@ def test_the_resolved_precision_goes_into_the_key(
     assert gpu["fp32"] == cpu["fp32"] and gpu["bf16"] == cpu["bf16"]
 
 
+def test_a_suite_that_states_its_gpus_plans_the_same_keys_on_any_machine(
+    write_suite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_gpus = write_suite(tmp_path, EAGER_METHODS, extra="resources: {gpus: 1}\n")
+    planned = []
+    for here in (False, True):  # a login node without a GPU, then a GPU node
+        monkeypatch.setattr(plan, "cuda_available", lambda here=here: here)
+        planned.append(keys(on_gpus))
+    assert planned[0] == planned[1] and planned[0]["pre-ln"][0] == "bf16"
+    on_cpus = write_suite(tmp_path, EAGER_METHODS, extra="resources: {gpus: 0}\n")
+    assert keys(on_cpus)["pre-ln"][0] == "fp32"  # cuda_available is still True
+
+
 @pytest.mark.slow
 def test_a_bf16_trial_tracks_fp32(write_suite, tmp_path: Path) -> None:
     suite = write_suite(tmp_path, METHODS, steps=12, eval_every=6)

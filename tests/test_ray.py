@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
+from harness.runner.catalog import MEASURED_METRICS
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint, Result
@@ -82,7 +83,7 @@ def final_metrics(url: str) -> dict[tuple[str, int], dict[str, float]]:
     by_id = {trial.id: (trial.method, trial.seed) for trial in stored.values()}
     metrics: dict[tuple[str, int], dict[str, float]] = {}
     for trial_id, name, value in rows:
-        if name != "tokens_per_s":  # a speed, not a result
+        if name not in MEASURED_METRICS:  # a speed or memory, not a result
             metrics.setdefault(by_id[trial_id], {})[name] = value
     return metrics
 

@@ -128,6 +128,10 @@ def test_kill_9_then_rerun_loses_nothing_and_duplicates_nothing(
             "train_loss",
             "tokens_per_s",
             "params",
+            "peak_memory_bytes",
+            "flops_per_token",
+            "mfu",
+            "devices",
         }
 
 

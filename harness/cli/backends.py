@@ -96,6 +96,15 @@ class BackendChoice:
     factory: BackendFactory
     options: BackendOptions
 
+    def gpus_here(self) -> int | None:
+        """The GPUs of this machine when the trials run here (the local backend), else None:
+        a cluster's workers check their own devices."""
+        if self.name != "local":
+            return None
+        from harness.runner.placement import visible_gpus
+
+        return len(visible_gpus())
+
     def executor(self, suite: Suite) -> Executor:
         """The backend's executor for `suite`; a malformed backend option exits 2."""
         from harness.runner.backend import BackendOptionError

@@ -82,7 +82,9 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def load(path: Path) -> Suite:
+def load(path: Path, gpus: int | None = None) -> Suite:
+    """The suite at `path`, or its problems printed and exit 2; with `gpus`, the GPUs of this
+    machine where its trials will run here, the devices they ask for are checked."""
     from harness.spec import SuiteError, load_suite
 
     def announce(plugins: list[str]) -> None:
@@ -94,7 +96,7 @@ def load(path: Path) -> Suite:
         )
 
     try:
-        return load_suite(path, before_plugins=announce)
+        return load_suite(path, before_plugins=announce, gpus=gpus)
     except SuiteError as error:
         for problem in error.problems:
             errors.print(f"[red]error:[/] {problem}", highlight=False, soft_wrap=True)

@@ -44,12 +44,17 @@ class NightlyArgs:
     mlflow: bool
 
 
-def nightly_suites(directory: Path, cadence: str) -> list[tuple[Path, Suite]]:
-    """The suites of `directory` (its *.yaml files) whose cadence is `cadence`."""
+def nightly_suites(
+    directory: Path, cadence: str, gpus: int | None = None
+) -> list[tuple[Path, Suite]]:
+    """The suites of `directory` (its *.yaml files) whose cadence is `cadence`; with `gpus`,
+    the GPUs of this machine where their trials run here, their devices are checked."""
     if not directory.is_dir():
         raise fail(f"{directory}: no such folder of suite files")
     loaded = [(path, load(path)) for path in sorted(directory.glob("*.yaml"))]
     chosen = [(path, suite) for path, suite in loaded if suite.cadence == cadence]
+    if gpus is not None:  # only the suites of this cadence run here
+        chosen = [(path, load(path, gpus)) for path, _ in chosen]
     if not chosen:
         raise fail(f"no suite in {directory} has `cadence: {cadence}`")
     return chosen
@@ -68,7 +73,7 @@ def run_nightly(args: NightlyArgs, stop: threading.Event) -> int:
     )
     from harness.runner.backend import BackendUnavailableError
 
-    suites = nightly_suites(args.suites_dir, args.cadence)
+    suites = nightly_suites(args.suites_dir, args.cadence, args.backend.gpus_here())
     engine = open_db(args.db)
     host = args.host_class or host_class(machine())
     tracker = mlflow_tracker(engine) if args.mlflow else None
@@ -162,7 +167,7 @@ def schedule(
         check_cron(cron)
     except CronError as error:
         raise fail(str(error)) from None
-    nightly_suites(suites_dir, cadence)  # fail now, not at 2 am
+    nightly_suites(suites_dir, cadence, backend.gpus_here())  # fail now, not at 2 am
     args = NightlyArgs(
         suites_dir, cadence, db, backend, host_class, reports, notify, True, not no_mlflow
     )

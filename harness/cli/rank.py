@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -156,6 +156,31 @@ def build_ranking(
         raise fail(str(error)) from None
 
 
+def trial_costs(engine: Engine, ranking: Ranking) -> dict[str, dict[str, Any]]:
+    """What each ranked trial cost, by key: its cost metrics (`COST_METRICS`, where stored) and
+    its device's name (the stored environment's)."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from harness.runner.catalog import COST_METRICS
+    from harness.store.models import Result, Trial
+
+    keys = [trial["key"] for row in ranking.rows for trial in row.trials]
+    costs: dict[str, dict[str, Any]] = {key: {} for key in keys}
+    with Session(engine) as session:
+        found = select(Trial.key, Trial.environment).where(Trial.key.in_(keys))
+        for key, environment in session.execute(found):
+            costs[key]["device_name"] = (environment or {}).get("device_name")
+        metrics = (
+            select(Trial.key, Result.name, Result.value)
+            .join(Result, Result.trial_id == Trial.id)
+            .where(Trial.key.in_(keys), Result.name.in_(COST_METRICS))
+        )
+        for key, name, value in session.execute(metrics):
+            costs[key][name] = value
+    return costs
+
+
 def print_ranking(ranking: Ranking | None, width: int | None = None) -> None:
     """The ranking's tables; never cut: as wide as needed unless stdout is a terminal (its
     width) or `width` is given."""
@@ -199,7 +224,7 @@ def rank_command(
     if format == "table":
         print_ranking(ranking, width)
     elif format == "json":
-        typer.echo(to_json(ranking, str(suite_path)))
+        typer.echo(to_json(ranking, str(suite_path), trial_costs(engine, ranking)))
     else:
         typer.echo(format_ranking(ranking, format))
 

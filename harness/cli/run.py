@@ -48,7 +48,7 @@ def run(
     backend: BackendChoice,
 ) -> None:
     """Run every trial of a suite that has no stored result, then print the ranking."""
-    suite = load(suite_path)
+    suite = load(suite_path, backend.gpus_here())
     executor = backend.executor(suite)
     logs_beside(db)  # before the fork server starts: its trials inherit the file
     prepare_early(suite, executor)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, TypeGuard
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from harness.ranking.records import Ranking
 from harness.ranking.table import Table, findings_table, tables
@@ -121,14 +121,21 @@ def to_csv(ranking: Ranking) -> str:
     return out.getvalue()
 
 
-def to_json(ranking: Ranking, suite_path: str | None = None) -> str:
+def to_json(
+    ranking: Ranking,
+    suite_path: str | None = None,
+    costs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
     """The ranking's records, and its tables as values and display strings; with the suite's
-    file, each ranked trial carries the `command` that reruns it (`harness.repro`)."""
+    file, each ranked trial carries the `command` that reruns it (`harness.repro`); with
+    `costs` (by trial key), what it cost (`harness.runner.cost`)."""
     data = ranking.to_dict()
-    if suite_path is not None:
-        for row in data["rows"]:
-            for trial in row["trials"]:
+    for row in data["rows"]:
+        for trial in row["trials"]:
+            if suite_path is not None:
                 trial["command"] = rerun_trial(suite_path, row | trial)
+            if costs is not None:
+                trial["cost"] = dict(costs.get(trial["key"], {}))
     data["tables"] = [table.to_dict() for table in all_tables(ranking)]
     return json.dumps(data, indent=2)
 

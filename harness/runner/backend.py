@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -110,10 +110,14 @@ class Executor(Protocol):
 
 
 def claim_next(
-    pending: deque[PlannedTrial], ledger: Ledger, progress: Progress
+    pending: deque[PlannedTrial],
+    ledger: Ledger,
+    progress: Progress,
+    ready: Callable[[PlannedTrial], bool] | None = None,
 ) -> PlannedTrial | None:
-    """The next pending trial this runner claims (every backend claims through the ledger)."""
-    while pending:
+    """The next pending trial this runner claims (every backend claims through the ledger);
+    None too while `ready` says the next one cannot start yet (the local runner's GPUs)."""
+    while pending and (ready is None or ready(pending[0])):
         trial = pending.popleft()
         if ledger.claim(trial):
             return trial

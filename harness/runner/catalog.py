@@ -32,8 +32,18 @@ TRIAL_METRICS = declare_metrics(
     ("train_loss", MIN, "training loss (mean over the last logging window)", "nats/token"),
     ("tokens_per_s", MAX, "training throughput (tokens per second of train time)", "tokens/s"),
     ("params", MIN, "number of parameters", "parameters"),
+    ("peak_memory_bytes", MIN, "peak device memory (CUDA allocated, else process RSS)", "bytes"),
+    ("flops_per_token", MIN, "model training FLOPs per token, 6N + 12 L d T (PaLM)", "FLOPs/token"),
+    ("mfu", MAX, "model FLOPs utilization: tokens/s x FLOPs/token / device peak", "fraction"),
+    ("devices", MIN, "devices the trial trained on", "devices"),
 )
 """What every training trial reports besides its task's metrics (`harness.runner.trial`)."""
+COST_METRICS = ("tokens_per_s", "mfu", "peak_memory_bytes", "flops_per_token", "devices")
+"""What a training trial cost (`harness.runner.cost`): `layerbench rank --json` and the
+leaderboard show them beside each trial."""
+MEASURED_METRICS = ("tokens_per_s", "mfu", "peak_memory_bytes")
+"""The trial metrics that measure the run, not its result: two runs of a trial store the same
+numbers but these (wall-clock speed, memory)."""
 COMPRESSION_METRICS = declare_metrics(
     ("layers_removed", MAX, "layers removed by pruning", "blocks"),
     ("layers", MIN, "blocks left after pruning", "blocks"),

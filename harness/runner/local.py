@@ -36,6 +36,7 @@ from harness.runner.backend import (
     renew_leases,
     worker_config,
 )
+from harness.runner.placement import Placement
 from harness.runner.warm import start_server
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ class Running(Lease):
     """A trial in flight in its own process."""
 
     process: mp.process.BaseProcess
+    gpus: tuple[str, ...] = ()
+    """The GPUs it was given (`harness.runner.placement`)."""
 
 
 def context() -> mp.context.BaseContext:
@@ -65,10 +68,12 @@ def context() -> mp.context.BaseContext:
 
 @dataclass(frozen=True)
 class LocalExecutor:
-    """The local backend as an `Executor`: `workers` trial processes at once. `prepare` starts
-    the warm fork server early, so it warms up while the run opens its store and tracking."""
+    """The local backend as an `Executor`: `workers` trial processes at once, each on its own
+    GPUs (`gpus`: the suite's `resources.gpus`). `prepare` starts the warm fork server early, so
+    it warms up while the run opens its store and tracking."""
 
     workers: int = 1
+    gpus: float | None = None
 
     def prepare(self, trials: Sequence[PlannedTrial]) -> None:
         context()
@@ -81,17 +86,19 @@ class LocalExecutor:
         progress: Progress,
         stop: threading.Event | None,
     ) -> dict[str, TrialResult]:
-        return run_local(trials, ledger, self.workers, progress, stop)
+        placement = Placement.here(self.gpus)
+        return run_local(trials, ledger, self.workers, progress, stop, placement)
 
 
-def local_executor(workers: int = 1) -> Executor:
+def local_executor(workers: int = 1, gpus: float | None = None) -> Executor:
     """The local backend as an `Executor`: `workers` trial processes at once."""
-    return LocalExecutor(workers)
+    return LocalExecutor(workers, gpus)
 
 
 def local_backend(suite: Suite, options: BackendOptions) -> Executor:
-    """The `local` entry of `harness.registry.BACKENDS`: `--workers` trial processes here."""
-    return local_executor(options.workers)
+    """The `local` entry of `harness.registry.BACKENDS`: `--workers` trial processes here, each
+    on its own GPUs."""
+    return local_executor(options.workers, suite.resources.gpus)
 
 
 def run_local(
@@ -100,28 +107,37 @@ def run_local(
     workers: int = 1,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
+    placement: Placement | None = None,
 ) -> dict[str, TrialResult]:
     """Run every trial the ledger lets this runner claim; returns results by trial key.
 
-    When `stop` is set (a SIGTERM), the running trials are killed and their claims released, so
-    no trial stays claimed; the trials not started stay unclaimed."""
+    Each trial runs on the GPUs `placement` gives it (default: this machine's, one per CUDA
+    trial) and waits until they are free; a trial that needs more GPUs than there are raises
+    `PlacementError` before anything starts. When `stop` is set (a SIGTERM), the running trials
+    are killed and their claims released, so no trial stays claimed; the trials not started
+    stay unclaimed."""
     progress = progress or SilentProgress()
+    placement = placement or Placement.here()
     ctx = context()
     pending = deque(trials)
+    for device in {trial.recipe.device for trial in pending}:
+        placement.check(device)
     start_server(pending)
     active: dict[Connection, Running] = {}
     results: dict[str, TrialResult] = {}
+    ready = lambda trial: placement.ready(trial.recipe.device)  # noqa: E731
     while pending or active:
         if stop is not None and stop.is_set():
             abandon(active, ledger)
             break
-        while len(active) < workers and (trial := claim_next(pending, ledger, progress)):
+        while len(active) < workers and (trial := claim_next(pending, ledger, progress, ready)):
+            gpus = placement.take(trial.recipe.device) or ()
             receiver, sender = ctx.Pipe(duplex=False)
-            args = (sender, trial.config, None, trial.key)
+            args = (sender, worker_config(trial), placement.environment(gpus), trial.key)
             process = ctx.Process(target=forked_trial, args=args)
             process.start()
             sender.close()
-            active[receiver] = Running(trial=trial, process=process)
+            active[receiver] = Running(trial=trial, process=process, gpus=gpus)
             active[receiver].start()
             progress.started(trial)
         for conn in wait(list(active), timeout=1.0):
@@ -130,11 +146,13 @@ def run_local(
             except TrialProcessDied as died:
                 result = TrialResult(Status.FAILED, error=str(died))
             if result is not None:
+                placement.give_back(active[conn].trial.recipe.device, active[conn].gpus)
                 end(conn, active.pop(conn), result, ledger, progress, results)
         renew_leases(active.values(), ledger)
         for conn, running in list(active.items()):
             if running.overdue(time.monotonic()):
                 running.process.kill()
+                placement.give_back(running.trial.recipe.device, running.gpus)
                 result = TrialResult(Status.TIMEOUT, error=TIMEOUT_ERROR)
                 end(conn, active.pop(conn), result, ledger, progress, results)
     return results

@@ -7,8 +7,6 @@ evaluation. Results go back to the runner, which alone writes to the database.
 from __future__ import annotations
 
 import math
-import os
-import platform
 import random
 import time
 import traceback
@@ -26,7 +24,6 @@ from harness.core import Status
 from harness.diagnostics import StepProbe, diagnostic_inputs, hidden_state_stats
 from harness.diagnostics_geometry import WeightTracker
 from harness.diagnostics_pretrained import pretrained_layer_stats, probe_batch
-from harness.env import cpu_model, git_commit, package_versions
 from harness.logs import detach_stream_handlers
 from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
@@ -39,6 +36,8 @@ from harness.runner.checkpoint import (
     Training,
     open_checkpoints,
 )
+from harness.runner.cost import trial_cost
+from harness.runner.devices import DeviceUnavailableError, environment, resolve_device
 from harness.runner.finetune import finetune_summary, finetuning_subjects, trainable_params
 from harness.runner.posttrain import compress
 from harness.runner.process import die_with_parent, quiet_libraries
@@ -70,38 +69,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device '{name}' was asked for but CUDA is not available here")
-    return torch.device(name)
-
-
 def autocast(device: torch.device, precision: str) -> AbstractContextManager[Any]:
     """Mixed precision by autocast; fp32 runs as is."""
     if precision == "fp32":
         return nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def environment(device: torch.device, recipe: TrialRecipe) -> dict[str, Any]:
-    """What a result depends on besides its config (`method_versions`: the entry and method
-    library versions in its key, so `layerbench status` can say which one superseded it)."""
-    return {
-        **{f"{name}_version": value for name, value in package_versions().items()},
-        "method_versions": trial_versions(recipe),
-        "python": platform.python_version(),
-        "git_commit": git_commit(),
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model(),
-        "cpu": cpu_model(),
-        "threads": torch.get_num_threads(),
-        "niceness": os.nice(0),  # a lower priority slows every step beside other work
-        "host": platform.node(),
-        "numpy_version": np.__version__,
-    }
 
 
 @dataclass
@@ -308,7 +281,7 @@ def run_trial(
         result.status = Status.DONE
     except Stop as stop:
         result.status, result.failed_step, result.error = stop.status, stop.step, str(stop)
-    except (DataMissingError, CheckpointError) as reason:
+    except (DataMissingError, CheckpointError, DeviceUnavailableError) as reason:
         result.status, result.failed_step, result.error = (
             Status.FAILED,
             result.steps_done,
@@ -334,6 +307,7 @@ def train_and_evaluate(
     trial = build(recipe)
     result.environment = environment(trial.device, recipe)
     train(trial, result, clock, report, checkpoints)
+    cost = training_cost(trial, result, clock)
     compressed: dict[str, float] = {}
     if recipe.prune is not None or recipe.quantize is not None:
         started = time.perf_counter()
@@ -349,6 +323,7 @@ def train_and_evaluate(
     return {
         **evaluate(trial, clock, final=True),
         **efficiency(trial, result, clock),
+        **cost,
         **compressed,
     }
 
@@ -367,6 +342,7 @@ def finetune(
     return {
         **after,
         **efficiency(trial, result, clock),
+        **training_cost(trial, result, clock),
         **finetune_summary(before, after),
         "trainable_params": trainable_params(trial.model),
     }
@@ -420,9 +396,25 @@ def evaluate_pretrained(recipe: TrialRecipe, result: TrialResult, clock: Clock) 
 def efficiency(trial: BuiltTrial, result: TrialResult, clock: Clock) -> dict[str, float]:
     return {
         "train_loss": result.series[-1].metrics["train_loss"],
-        "tokens_per_s": result.tokens / clock.train_s if clock.train_s else 0.0,
+        "tokens_per_s": tokens_per_s(result, clock),
         "params": float(sum(p.numel() for p in trial.model.parameters())),
     }
+
+
+def tokens_per_s(result: TrialResult, clock: Clock) -> float:
+    return result.tokens / clock.train_s if clock.train_s else 0.0
+
+
+def training_cost(trial: BuiltTrial, result: TrialResult, clock: Clock) -> dict[str, float]:
+    """What training cost (`harness.runner.cost`), taken before pruning or quantizing changes
+    the model; its devices go into the stored environment."""
+    throughput = tokens_per_s(result, clock), trial.probe_inputs.shape[-1]
+    recipe = trial.recipe
+    cost, devices = trial_cost(
+        trial.model, trial.device, recipe.precision, recipe.threads, throughput
+    )
+    result.environment.update(devices)
+    return cost
 
 
 def trial_process(conn: Any, config: Mapping[str, Any], key: str | None = None) -> None:

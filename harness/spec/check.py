@@ -27,6 +27,7 @@ from harness.spec.constraints import (
     prune_problems,
     quantize_problems,
 )
+from harness.spec.devices import device_problems
 from harness.spec.loader import (
     Loc,
     Locator,
@@ -48,12 +49,15 @@ CORE_FIELDS = {"norm": NormSpec.model_fields, "optimizer": OptimizerSpec.model_f
 
 
 def load_suite(
-    path: str | Path, before_plugins: Callable[[list[str]], None] | None = None
+    path: str | Path,
+    before_plugins: Callable[[list[str]], None] | None = None,
+    gpus: int | None = None,
 ) -> Suite:
     """Read and fully validate a suite file; raises SuiteError listing every problem.
 
     The suite's `plugins` are imported (their code runs: nothing else in a suite does), after
-    `before_plugins(plugins)` is called to say so.
+    `before_plugins(plugins)` is called to say so. With `gpus`, the GPUs of the machine that
+    will run its trials, the devices they ask for are checked against it (`device_problems`).
     """
     data, locator = read_yaml(Path(path))
     suite, problems = validated(Suite, data, locator)
@@ -63,6 +67,8 @@ def load_suite(
         before_plugins(suite.plugins)
     problems = list(import_plugins(suite.plugins, locator))
     problems += list(check_suite(suite, locator))
+    if gpus is not None and not problems:
+        problems += device_problems(suite, locator, gpus)
     if problems:
         raise SuiteError(problems)
     return suite

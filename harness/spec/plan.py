@@ -101,12 +101,22 @@ def trial_versions(recipe: TrialRecipe) -> dict[str, Any]:
     }
 
 
+def plans_for_gpu(suite: Suite) -> bool:
+    """Whether `device: auto` (and so `precision`, `train.compile` and the optimizer's `auto`
+    values) is resolved for a GPU: as the suite's `resources.gpus` says when it says it, so that a
+    login node without a GPU plans (and `layerbench rank` finds) the keys that the cluster's GPU
+    workers run; else whether this machine has a GPU (the local backend's trials run here)."""
+    if suite.resources.gpus is not None:
+        return suite.resources.gpus > 0
+    return cuda_available()
+
+
 def plan_suite(suite: Suite) -> list[PlannedTrial]:
     """Every trial of a (validated) suite, in a stable order: cell, sweep point, seed."""
     models = {name: parsed_section(MODELS, spec) for name, spec in suite.models.items()}
     tasks = {name: parsed_section(TASKS, spec) for name, spec in suite.tasks.items()}
     fingerprints = {name: task_fingerprint(spec) for name, spec in suite.tasks.items()}
-    cuda = cuda_available()
+    cuda = plans_for_gpu(suite)
     settings_of = {  # each method's sweep points, resolved for their device
         name: [
             (point, resolved_settings(each, cuda)) for point, each in trial_settings(suite, name)

@@ -8,6 +8,7 @@ import streamlit as st
 from harness.ranking import Ranking, RankRow, TrialOutcome
 from harness.records import DONE
 from harness.registry import METRICS
+from harness.runner.catalog import COST_METRICS
 from leaderboard import data
 from leaderboard.charts import (
     HeatmapScale,
@@ -16,6 +17,7 @@ from leaderboard.charts import (
     learning_curves,
     pareto_plot,
 )
+from leaderboard.cost import method_costs
 from leaderboard.layers import default_profiles, final_profiles, profile_names
 from leaderboard.state import Context, board, current
 from leaderboard.text import plain
@@ -54,6 +56,16 @@ def render(context: Context) -> None:
     profiles(context, across)
     st.header("Pareto fronts")
     pareto(context, ranked.ranking, rows, trials)
+    st.header("What it cost")
+    costs(context, shown)
+
+
+def costs(context: Context, method_of: dict[str, str]) -> None:
+    """Each shown method's mean tokens/s, MFU, peak memory and FLOPs per token, and devices."""
+    finals = data.final_values(context.engine, list(method_of), COST_METRICS)
+    devices = data.trial_devices(context.engine, list(method_of))
+    st.caption("Mean over the trials shown (the sweep point ranked for each seed).")
+    st.dataframe(method_costs(finals, devices, method_of), hide_index=True)
 
 
 def curves(context: Context, method_of: dict[str, str]) -> None:

@@ -11,6 +11,7 @@ from harness.store.db import redact
 from harness.store.models import Trial
 from leaderboard import data
 from leaderboard.charts import curve_metric, head_heatmap, layer_profile, learning_curves
+from leaderboard.cost import trial_cost
 from leaderboard.layers import by_step, default_profiles, heads, peak, profile_names
 from leaderboard.links import mlflow_base_url, mlflow_run_url, suite_file, trial_page_url
 from leaderboard.state import Context, current, last_declaration, selected_trials
@@ -106,6 +107,8 @@ def show(context: Context, detail: data.TrialDetail) -> None:
         ),
         hide_index=True,
     )
+    st.markdown("**What it cost**")
+    st.dataframe(trial_cost(detail.results, trial.environment), hide_index=True)
     curve(context, trial.key, f"{trial.method} seed {trial.seed}")
     layers(context, trial.key)
     repro(context, trial)
