@@ -251,6 +251,39 @@ def lm_splits(spec: LMTaskSpec, tokenizer: Tokenizer | None = None) -> TokenSpli
     return corpus_splits(spec.corpus, spec.tokenizer, fractions, spec.split_seed, given)
 
 
+def vocab_error(source: str, ids: int, vocab_size: int) -> str:
+    """The message for a tokenizer of `ids` ids under a smaller `vocab_size`."""
+    return (
+        f"vocab_size {vocab_size}: the tokenizer of {source} has {ids} ids, more than vocab_size; "
+        f"raise vocab_size to at least {ids} or leave it out"
+    )
+
+
+def corpus_vocab_size(corpus: str, tokenizer: str) -> int | None:
+    """The ids of the registered tokenizer `tokenizer` built for `corpus` (read only when the
+    tokenizer's size depends on it, as `char`'s); None where unknown until a trial runs (a
+    pretrained model's own, a corpus that is not installed)."""
+    if tokenizer == MODEL_TOKENIZER:
+        return None
+    fixed = getattr(TOKENIZERS.get(tokenizer), "vocab_size", None)
+    if isinstance(fixed, int):
+        return fixed
+    try:
+        return build_tokenizer(tokenizer, load_corpus(corpus)).vocab_size
+    except DataMissingError:
+        return None
+
+
+def model_vocab_size(spec: LMTaskSpec, data: TokenSplits) -> int:
+    """The model's vocabulary for the task's tokens: `vocab_size` if given (ValueError if the
+    tokenizer has more ids), else the tokenizer's."""
+    if spec.vocab_size is None:
+        return data.vocab_size
+    if data.vocab_size > spec.vocab_size:
+        raise ValueError(vocab_error(data.source, data.vocab_size, spec.vocab_size))
+    return spec.vocab_size
+
+
 def corpus_fingerprint(spec: LMTaskSpec) -> str:
     """The corpus files' fingerprint (raw bytes; no parsing or tokenizing), or the prepared
     dataset's (its index's: the content, tokenizer, split and shards)."""
