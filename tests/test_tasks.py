@@ -515,3 +515,18 @@ def test_the_unigram_level_counts_tokens_in_chunks(monkeypatch: pytest.MonkeyPat
     for split in ("train", "val", "test"):  # the whole-split formula it replaces
         whole = float(-log_p[tokens[split].numpy()].mean())
         assert levels[f"{split}_loss"] == pytest.approx(whole, rel=1e-12, abs=0)
+
+
+# the fingerprint of `small_corpus` as the code before the shared fingerprint computed it
+SMALL_CORPUS_FINGERPRINT = "985463e9b1965813ca1bfaf8086ff0ce267b4cdc2943223bf7a003d61698157e"
+
+
+def test_a_file_corpus_and_its_prepared_content_share_one_fingerprint(tmp_path: Path) -> None:
+    from harness.data.store import content_fingerprint
+
+    corpus = load_corpus(small_corpus(tmp_path))
+    assert corpus.fingerprint() == SMALL_CORPUS_FINGERPRINT
+    assert content_fingerprint(corpus.documents) == corpus.fingerprint()  # UTF-8 text, bytes
+    (tmp_path / "3.txt").write_bytes("café".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"3.txt: not UTF-8 text .*; convert it to UTF-8"):
+        LMTask(LMTaskSpec(corpus=f"file:{tmp_path}", seq_len=4))

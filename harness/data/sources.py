@@ -124,9 +124,15 @@ def read_text(file: Path) -> str:
         return file.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise SourceError(
-            f"source file {file}: not UTF-8 text ({error.reason} at byte {error.start}); "
-            "convert it to UTF-8, or leave it out with --pattern"
+            f"source {not_utf8(file, error)}, or leave it out with --pattern"
         ) from None
+
+
+def not_utf8(file: Path, error: UnicodeDecodeError) -> str:
+    """What is wrong with a text file that is not UTF-8, and what to do."""
+    return (
+        f"file {file}: not UTF-8 text ({error.reason} at byte {error.start}); convert it to UTF-8"
+    )
 
 
 def split_hint(spec: str) -> str:

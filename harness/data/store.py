@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -122,14 +122,19 @@ def dataset_fingerprint(fields: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
-def content_fingerprint(documents: Sequence[Document]) -> str:
-    """sha256 over every document's name and UTF-8 text, in order."""
+def named_bytes_fingerprint(items: Iterable[tuple[str, bytes]]) -> str:
+    """sha256 over each (name, bytes) in order, as `name\0length\0bytes`: a prepared dataset's
+    content (its documents' UTF-8 text) and a built-in corpus's (its files' raw bytes)."""
     digest = hashlib.sha256()
-    for name, text in documents:
-        raw = text.encode("utf-8")
+    for name, raw in items:
         digest.update(f"{name}\0{len(raw)}\0".encode())
         digest.update(raw)
     return digest.hexdigest()
+
+
+def content_fingerprint(documents: Sequence[Document]) -> str:
+    """sha256 over every document's name and UTF-8 text, in order."""
+    return named_bytes_fingerprint((name, text.encode("utf-8")) for name, text in documents)
 
 
 def split_documents(
