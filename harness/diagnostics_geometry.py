@@ -5,8 +5,9 @@ Representations (per block l, on the fixed probe batch, tokens as rows):
 - `tokenwise_share`: the share of the block's update explained by a tokenwise map (Yoo 2026,
   "On the Geometric Structure of Layer Updates in Deep Language Models", arXiv:2604.02459).
 Weights (per block l, needing the weights' history across a run, `WeightTracker`):
-- `layer_rotation`: cosine distance of the block's weights to their initial values
-  (Carbonnelle & De Vleeschouwer 2018, "Layer rotation");
+- `layer_rotation`: cosine distance of the block's weight matrices to their initial values
+  (Carbonnelle & De Vleeschouwer 2018, "Layer rotation"; their tools measure the kernels of
+  dense and convolutional layers only, so norm gains and biases are left out);
 - `spectral_norm/<matrix>`: the largest singular value of each weight matrix of the block, by
   power iteration warm-started from the previous evaluation's vectors.
 
@@ -44,6 +45,8 @@ def effective_rank(matrix: Tensor) -> float:
     dimensionality", EUSIPCO): k for k equal nonzero singular values, near min(n, d) for an
     isotropic Gaussian n x d matrix."""
     singular = torch.linalg.svdvals(matrix.double())
+    if singular.sum() == 0:
+        return 0.0  # no direction at all: an all-zero output
     p = singular / singular.sum()
     p = p[p > 0]
     return float(torch.exp(-(p * p.log()).sum()))
@@ -56,7 +59,8 @@ def tokenwise_share(inputs: Tensor, outputs: Tensor, neighbours: int = NEIGHBOUR
     input space within a restricted class (here the paper's diagonal maps, by least squares per
     channel), and the residual r that class cannot capture. Returns 1 - ||r||^2 / ||Δ||^2
     with Δ = h_out - h_in (the residual of h_out equals that of the update, as the identity
-    is diagonal): 1 when every update is tokenwise, 0 or less when none of it is."""
+    is diagonal): 1 when every update is tokenwise, 0 or less when none of it is; NaN for a
+    block that does not change its input (no update to share out)."""
     x, y = inputs[:MAX_TOKENS].double(), outputs[:MAX_TOKENS].double()
     k = min(neighbours, x.shape[0])
     nearest = torch.cdist(x, x).topk(k, largest=False).indices  # (n, k), itself included
@@ -64,7 +68,10 @@ def tokenwise_share(inputs: Tensor, outputs: Tensor, neighbours: int = NEIGHBOUR
     diagonal = (xs * ys).sum(1) / (xs.square().sum(1) + torch.finfo(x.dtype).eps)
     residual = y - diagonal * x
     update = y - x
-    return float(1.0 - residual.square().sum() / update.square().sum())
+    energy = update.square().sum()
+    if energy == 0:
+        return float("nan")
+    return float(1.0 - residual.square().sum() / energy)
 
 
 def representation_stats(hidden: Sequence[Tensor], step: int) -> list[LayerStat]:
@@ -85,6 +92,12 @@ def cosine_distance(current: Sequence[Tensor], initial: Sequence[Tensor]) -> flo
     w = torch.cat([t.detach().flatten().double() for t in current])
     w0 = torch.cat([t.flatten().double() for t in initial])
     return float(1.0 - F.cosine_similarity(w, w0, dim=0))
+
+
+def kernels(layer: nn.Module) -> list[Tensor]:
+    """The weight matrices of a layer (parameters of two or more dimensions): what layer
+    rotation measures."""
+    return [p for p in layer.parameters() if p.ndim >= 2]
 
 
 def spectral_norm(matrix: Tensor, start: Tensor) -> tuple[float, Tensor]:
@@ -112,7 +125,7 @@ class WeightTracker:
 
     def __init__(self, layers: Sequence[nn.Module], seed: int = 0) -> None:
         self.layers = layers
-        self.initial = [[p.detach().clone() for p in layer.parameters()] for layer in layers]
+        self.initial = [[p.detach().clone() for p in kernels(layer)] for layer in layers]
         generator = torch.Generator().manual_seed(seed)
         self.vectors = {
             (index, name): torch.randn(p.shape[1], generator=generator).to(p.device)
@@ -128,16 +141,22 @@ class WeightTracker:
         return {"initial": self.initial, "vectors": vectors}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.initial = state["initial"]
+        """Restores `state_dict()`'s tensors onto the devices of the weights they belong to (a
+        checkpoint is read onto the CPU)."""
+        self.initial = [
+            [saved.to(p.device) for saved, p in zip(tensors, kernels(layer), strict=True)]
+            for tensors, layer in zip(state["initial"], self.layers, strict=True)
+        ]
         for key, vector in state["vectors"].items():
             index, _, name = key.partition("/")
-            self.vectors[int(index), name] = vector
+            device = self.vectors[int(index), name].device
+            self.vectors[int(index), name] = vector.to(device)
 
     @torch.no_grad()
     def stats(self, step: int) -> list[LayerStat]:
         stats = []
         for index, layer in enumerate(self.layers):
-            rotation = cosine_distance(list(layer.parameters()), self.initial[index])
+            rotation = cosine_distance(kernels(layer), self.initial[index])
             stats.append(LayerStat(step, index, "layer_rotation", rotation))
             for name, p in layer.named_parameters():
                 if p.ndim == 2:

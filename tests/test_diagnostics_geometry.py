@@ -62,6 +62,36 @@ def test_rotation_is_zero_at_step_zero_and_grows_with_training() -> None:
     assert rotated[1, "layer_rotation"] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_rotation_measures_weight_matrices_only() -> None:
+    """Carbonnelle & De Vleeschouwer's rotation is of kernels: a bias that moves alone does not
+    rotate the layer."""
+    layer = nn.Linear(6, 6)
+    tracker = WeightTracker([layer])
+    with torch.no_grad():
+        layer.bias.add_(10.0)
+    (rotation,) = [s.value for s in tracker.stats(1) if s.name == "layer_rotation"]
+    assert rotation == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_resumed_tracker_follows_its_weights_onto_their_device() -> None:
+    """A checkpoint is read onto the CPU; the tracker's reference weights and power-iteration
+    vectors go back to the device of the weights they belong to."""
+    saved = WeightTracker([nn.Linear(4, 4)]).state_dict()
+    on_meta = nn.Linear(4, 4, device="meta")
+    tracker = WeightTracker([on_meta])
+    tracker.load_state_dict(saved)
+    assert {t.device.type for t in tracker.initial[0]} == {"meta"}
+    assert {v.device.type for v in tracker.vectors.values()} == {"meta"}
+
+
+def test_degenerate_blocks_have_no_rank_and_no_share() -> None:
+    """An all-zero output has effective rank 0; a block that leaves its input unchanged has
+    no update to share out (NaN, stored as NULL)."""
+    assert effective_rank(torch.zeros(8, 4)) == 0.0
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    assert math.isnan(tokenwise_share(x, x))
+
+
 def test_attention_sink_mass_is_the_weight_on_the_first_token() -> None:
     weights = torch.zeros(1, 2, 4, 4)
     weights[:, 0, :, 0] = 1.0  # head 0 attends only to the first token

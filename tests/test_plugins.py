@@ -46,3 +46,14 @@ def test_a_plugin_norms_fields_are_checked(write_suite, tmp_path: Path) -> None:
     methods = "pre-ln: {}\nmean: {norm: {type: meannorm, gain_int: 0.5}}"
     with pytest.raises(SuiteError, match="did you mean 'gain_init'"):
         load_suite(write_suite(tmp_path, methods, extra=PLUGIN))
+
+
+def test_a_plugin_entry_without_source_is_refused_with_its_name(
+    write_suite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `functools.partial` has no source a digest could version its trials by: the suite is
+    refused at validation with one sentence naming the entry, not a traceback at planning."""
+    monkeypatch.delitem(sys.modules, "tests.plugins.partialnorm", raising=False)
+    path = write_suite(tmp_path, "pre-ln: {}", extra="plugins: [tests.plugins.partialnorm]\n")
+    with pytest.raises(SuiteError, match=r"plugin entry 'halfnorm' of .* no readable source"):
+        load_suite(path)

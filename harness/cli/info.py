@@ -67,16 +67,12 @@ def methods(
 def plugin_sources() -> list[str]:
     """One line per plugin entry: its origin and source digest, which the keys of its trials
     carry (an edit to it reruns them; `layerbench status` names it among the changes)."""
-    from harness.registry import FAMILY_TABLE
-    from harness.spec.plugins import installed_plugins, is_plugin, origin, plugin_digest
+    from harness.spec.plugins import installed_plugins, origin, plugin_digest, plugin_entries
 
     installed_plugins()
     return [
-        f"plugin entry {family.key}:{e.name} from {origin(e)}: source {plugin_digest(e)[:12]}"
-        for family in FAMILY_TABLE
-        if family.config_path is not None
-        for e in family.registry.entries()
-        if is_plugin(e)
+        f"plugin entry {key}:{e.name} from {origin(e)}: source {plugin_digest(e)[:12]}"
+        for key, e in plugin_entries()
     ]
 
 

@@ -48,11 +48,29 @@ def implementation(value: Any, packages: tuple[str, ...] = IMPLEMENTATION_PACKAG
 
 
 def constant(value: Any) -> bool:
-    """A module constant whose value is written in the code (a number, a string, a tuple of
-    them...): its value counts in the digest of the code that names it."""
-    if isinstance(value, tuple | frozenset):
+    """A module constant whose value is written in the code (a number, a string, a tuple, list,
+    set or dict of them...): its value counts in the digest of the code that names it."""
+    if isinstance(value, dict):
+        return all(constant(key) and constant(item) for key, item in value.items())
+    if isinstance(value, tuple | list | set | frozenset):
         return all(constant(item) for item in value)
     return isinstance(value, int | float | str | bytes | bool) or value is None
+
+
+def literal(value: Any) -> str:
+    """A constant's value as text, the same in every process: its `repr`, but a set's items
+    sorted (their order follows string hashing, which changes from process to process)."""
+    if isinstance(value, set | frozenset):
+        return f"{type(value).__name__}({sorted(literal(item) for item in value)})"
+    if isinstance(value, dict):
+        items = ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items())
+        return f"{{{items}}}"
+    if isinstance(value, list):
+        return f"[{', '.join(literal(item) for item in value)}]"
+    if isinstance(value, tuple):
+        items = ", ".join(literal(item) for item in value)
+        return f"({items},)" if len(value) == 1 else f"({items})"
+    return repr(value)
 
 
 def without_docstrings(tree: ast.AST) -> ast.AST:
@@ -106,7 +124,7 @@ class Parsed:
     dump: str
     libraries: frozenset[str]
     reached: tuple[Any, ...]
-    constants: tuple[str, ...]  # their repr
+    constants: tuple[str, ...]  # their `literal`
 
 
 def parse(obj: Any, packages: tuple[str, ...] = IMPLEMENTATION_PACKAGES) -> Parsed:
@@ -117,7 +135,9 @@ def parse(obj: Any, packages: tuple[str, ...] = IMPLEMENTATION_PACKAGES) -> Pars
         dump=ast.dump(tree),
         libraries=frozenset(imported_libraries(tree)),
         reached=tuple(value for value in named if implementation(value, packages)),
-        constants=tuple(repr(v) for v in named if not implementation(v, packages) and constant(v)),
+        constants=tuple(
+            literal(v) for v in named if not implementation(v, packages) and constant(v)
+        ),
     )
 
 

@@ -17,7 +17,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from harness.lazy_registry import UnknownNameError, suggest
-from harness.spec.plugins import PluginImportError, installed_plugins
+from harness.spec.plugins import (
+    PluginImportError,
+    PluginSourceError,
+    installed_plugins,
+    plugin_digest,
+    plugin_entries,
+)
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -281,3 +287,8 @@ def import_plugins(modules: Iterable[str], locator: Locator) -> Iterator[Problem
             importlib.import_module(module)
         except ImportError as exc:
             yield locator.problem(("plugins", index), f"cannot import plugin '{module}': {exc}")
+    for _, entry in plugin_entries():
+        try:
+            plugin_digest(entry)
+        except PluginSourceError as error:
+            yield locator.problem(("plugins",), str(error))

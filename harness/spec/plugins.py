@@ -79,6 +79,19 @@ def is_plugin(entry: Entry[Any]) -> bool:
     return not implementation_module(entry).startswith(BUILT_IN)
 
 
+def plugin_entries() -> list[tuple[str, Entry[Any]]]:
+    """Every plugin entry registered so far with its family's key, in the families' order."""
+    from harness.registry import FAMILY_TABLE
+
+    return [
+        (family.key, entry)
+        for family in FAMILY_TABLE
+        if family.config_path is not None
+        for entry in family.registry.entries()
+        if is_plugin(entry)
+    ]
+
+
 def origin(entry: Entry[Any]) -> str:
     """Where an entry comes from: built-in, a plugin module, or an installed package's."""
     module = implementation_module(entry)
@@ -98,8 +111,11 @@ def plugin_digest(entry: Entry[Any]) -> str:
     packages = (module.partition(".")[0] + ".", *IMPLEMENTATION_PACKAGES)
     try:
         return source_of(entry.obj, packages=packages).digest
-    except (OSError, TypeError) as error:  # no source file: code typed into an interpreter
+    # No source file (code typed into an interpreter), or no function or class to read (a
+    # `functools.partial`, a callable instance).
+    except (OSError, TypeError, AttributeError) as error:
         raise PluginSourceError(
-            f"plugin entry '{entry.name}' of {module} has no readable source ({error}): put it "
-            "in a module file, so that its source can version its trials"
+            f"plugin entry '{entry.name}' of {module} has no readable source ({error}): register "
+            "a function or class defined in a module file, so that its source can version its "
+            "trials"
         ) from None
