@@ -371,3 +371,109 @@ def test_an_hf_dataset_prepares_offline_from_the_local_cache(tmp_path: Path) -> 
     assert "datasets.load_dataset('someone/other', 'main', split='train')" in message, message
     assert "Traceback" not in missing.stderr, message
     assert not (data_dir() / "other").exists()
+
+
+# --- fingerprints, byte counts, staging, and more bad inputs ----------------------------------
+
+
+def test_a_hf_tokenizers_datasets_are_fingerprinted_by_its_content_not_its_path(
+    tmp_path: Path,
+) -> None:
+    folder = text_folder(tmp_path)
+    trained = build_tokenizer("bpe:300", TEXTS, TEXTS)
+    for copy in ("here", "there"):
+        (tmp_path / copy).mkdir()
+        trained.save(tmp_path / copy)
+    prepare("folder", folder, "--tokenizer", str(tmp_path / "here"))
+    prepare("file", folder, "--tokenizer", str(tmp_path / "there" / "tokenizer.json"))
+    given, elsewhere = (open_dataset(name).index for name in ("folder", "file"))
+    assert given.tokenizer == elsewhere.tokenizer == {"kind": "huggingface"}
+    assert given.fingerprint == elsewhere.fingerprint
+
+
+# Fingerprints of TEXTS's folder prepared by the code before the HF tokenizer's path left the
+# index: datasets of the other tokenizers, and the keys of their trials, must keep them.
+PINNED = {
+    "byte": "b2754d290d76a6be2a51fac91ecf6a75674354aa662f85aedd4bc3bf857612fe",
+    "char": "38b1aa182c9d22a1168455615b4c78246294ffcae6ab3cfc62e99ff7aba12252",
+}
+
+
+@pytest.mark.parametrize("tokenizer", sorted(PINNED))
+def test_byte_and_char_datasets_keep_their_fingerprints(tmp_path: Path, tokenizer: str) -> None:
+    prepare(tokenizer, text_folder(tmp_path), "--tokenizer", tokenizer)
+    assert open_dataset(tokenizer).index.fingerprint == PINNED[tokenizer]
+
+
+def test_byte_counts_follow_the_tokenizers_definition_not_its_pieces() -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from harness.data.tokenizers import HFTokenizer
+
+    pieces = ["<unk>", "\u2581the", "\u0120", "\u2581中文", "<0x0A>"]  # "Ġ": a Maltese letter
+    backend = Tokenizer(models.Unigram([(p, -float(i)) for i, p in enumerate(pieces)], 0))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.decoder = decoders.Metaspace()
+    backend.add_special_tokens(["<unk>"])
+    sentencepiece = HFTokenizer(backend, {"kind": "huggingface"})
+    assert sentencepiece.byte_lengths.tolist() == [0, 4, 2, 7, 1]
+    from harness.data.tokenizers import is_byte_level
+
+    assert is_byte_level(build_tokenizer("bpe:300", TEXTS, TEXTS).definition())
+    assert not is_byte_level(backend.to_str())
+
+
+def test_a_prepare_leaves_other_datasets_staging_folders_alone(
+    tmp_path: Path, data_folder: Path
+) -> None:
+    from harness.data.store import staging_folder
+
+    with staging_folder("texts.v2") as other:  # a concurrent prepare of texts.v2
+        prepare("texts", text_folder(tmp_path))
+        assert other.is_dir()
+    assert (data_folder / "texts.v2").is_dir() and (data_folder / "texts" / "index.json").is_file()
+
+
+def test_a_folder_with_text_and_row_files_asks_which_to_read(tmp_path: Path) -> None:
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "data.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    (folder / "LICENSE.txt").write_text("Permission is hereby granted.\n")
+    message = fails("data", "prepare", "x", "--source", str(folder))
+    assert "both text files (LICENSE.txt, ...) and row files (data.jsonl, ...)" in message
+    assert "--pattern '**/*.jsonl'" in message
+    prepare("rows", folder, "--pattern", "**/*.jsonl")
+    assert every_document(decoded("rows")) == sorted(TEXTS)
+
+
+def test_more_bad_inputs_exit_2_with_one_sentence(
+    tmp_path: Path, data_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = text_folder(tmp_path)
+    source = ("data", "prepare", "x", "--source", str(folder))
+    assert "relative to the source folder" in fails(*source, "--pattern", f"{folder}/*.txt")
+    assert "bpe:8192" in fails(*source, "--tokenizer", "bpe:\u00b2")
+    nowhere = ("data", "prepare", "x", "--source", str(tmp_path / "nope"))
+    assert "dataset name 'x y'" in fails(*nowhere[:2], "x y", *nowhere[3:])
+    assert "--val-fraction 1.5" in fails(*nowhere, "--val-fraction", "1.5")
+    (folder / "latin1.txt").write_bytes("café\n".encode("latin-1"))
+    message = fails(*source)
+    assert f"{folder / 'latin1.txt'}: not UTF-8 text" in message
+    (folder / "latin1.txt").unlink()
+    one = tmp_path / "one.txt"
+    one.write_text(TEXTS[0])
+    assert "a text file is one document" in fails("data", "prepare", "x", "--source", str(one))
+    rows = tmp_path / "two.jsonl"
+    rows.write_text('{"text": "a"}\n{"text": "b"}\n')
+    assert "each row is one document" in fails("data", "prepare", "x", "--source", str(rows))
+    broken = tmp_path / "saved"
+    broken.mkdir()
+    (broken / "dataset_info.json").write_text("{}")
+    assert "cannot be read as a saved dataset" in fails(
+        "data", "prepare", "x", "--source", str(broken)
+    )
+    assert leftovers(data_folder) == []
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("LAYERBENCH_DATA", str(tmp_path / "a-file" / "datasets"))
+    message = fails(*source)
+    assert "a-file/datasets cannot be written" in message and "LAYERBENCH_DATA" in message

@@ -452,3 +452,81 @@ def test_the_synthetic_trivial_level_is_chance(kind: str, classes: int) -> None:
     task = SyntheticTask(SyntheticTaskSpec(kind=kind, n_eval=64))
     # a uniform guess over the whole vocabulary is worse than chance among the answers
     assert task.evaluate(uniform, 16, 4, final=False)["val_loss"] >= levels["val_loss"]
+
+
+# --- vocab_size, and memory that does not grow with the split ----------------------------------
+
+
+def small_corpus(tmp_path: Path) -> str:
+    for i in range(3):
+        (tmp_path / f"{i}.txt").write_text("Ô, café — naïveté! abcdef " * 9 * (i + 1))
+    return f"file:{tmp_path}"
+
+
+def test_a_vocab_size_below_the_tokenizers_is_refused_at_validation(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match=r"vocab_size 10: the tokenizer of .* has 256 ids"):
+        LMTaskSpec(corpus="file:/tmp/x", vocab_size=10, seq_len=4)  # byte: no file read
+    corpus = small_corpus(tmp_path)
+    chars = CharTokenizer.from_corpus(load_corpus(corpus)).vocab_size
+    with pytest.raises(ValidationError, match=f"raise vocab_size to at least {chars}"):
+        LMTaskSpec(corpus=corpus, tokenizer="char", vocab_size=chars - 1, seq_len=4)
+    assert LMTask(LMTaskSpec(corpus=corpus, tokenizer="char", vocab_size=chars, seq_len=4))
+    # a section that skipped validation is refused before a trial or a trivial level reads it
+    unchecked = LMTaskSpec.model_construct(corpus=corpus, tokenizer="char", vocab_size=3)
+    from harness.tasks import trivial
+
+    for reader in (LMTask, trivial._lm_levels):
+        with pytest.raises(ValueError, match="vocab_size 3: the tokenizer of corpus"):
+            reader(unchecked)
+
+
+def test_the_whole_split_is_read_a_batch_at_a_time_with_the_same_loss(tmp_path: Path) -> None:
+    from harness.tasks.lm import all_windows, gather, token_loss
+
+    spec = LMTaskSpec(corpus=small_corpus(tmp_path), seq_len=8, eval={"tokens": "all"})
+    task = LMTask(spec)
+    tokens = task.tokens["test"]
+    batches = list(all_windows(tokens, 8, batch_size=3))
+    assert all(len(batch) <= 3 for batch in batches)
+    # the windows the whole split was gathered into at once before
+    n_full = (len(tokens) - 1) // 8
+    whole = gather(tokens, np.arange(n_full) * 8, 9)
+    assert torch.equal(torch.cat(batches[:-1]), whole)
+    assert torch.equal(batches[-1][0], tokens[n_full * 8 :])
+    model = TinyLM(task.vocab_size)
+    before = [token_loss(model, w, 3, task.data.byte_lengths) for w in (whole, batches[-1])]
+    nats = before[0][0] + before[1][0]
+    metrics = task.evaluate(model, batch_size=3, n_batches=1, final=True)
+    assert metrics["test_loss"] == nats / (before[0][1] + before[1][1])  # equal, not approx
+    assert metrics["test_bits_per_byte"] == nats / math.log(2) / (before[0][2] + before[1][2])
+
+
+def test_the_unigram_level_counts_tokens_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.tasks import trivial
+
+    levels = trivial._lm_levels(LMTaskSpec(seq_len=32))
+    monkeypatch.setattr(trivial, "COUNT_CHUNK", 1000)
+    assert trivial._lm_levels(LMTaskSpec(seq_len=32)) == levels
+    tokens = LMTask(LMTaskSpec(seq_len=32)).tokens
+    train = tokens["train"].numpy()
+    counts = trivial.token_counts(train, 256)
+    assert np.array_equal(counts, np.bincount(train, minlength=256))
+    log_p = np.log((counts + 1.0) / (counts + 1.0).sum())
+    for split in ("train", "val", "test"):  # the whole-split formula it replaces
+        whole = float(-log_p[tokens[split].numpy()].mean())
+        assert levels[f"{split}_loss"] == pytest.approx(whole, rel=1e-12, abs=0)
+
+
+# the fingerprint of `small_corpus` as the code before the shared fingerprint computed it
+SMALL_CORPUS_FINGERPRINT = "985463e9b1965813ca1bfaf8086ff0ce267b4cdc2943223bf7a003d61698157e"
+
+
+def test_a_file_corpus_and_its_prepared_content_share_one_fingerprint(tmp_path: Path) -> None:
+    from harness.data.store import content_fingerprint
+
+    corpus = load_corpus(small_corpus(tmp_path))
+    assert corpus.fingerprint() == SMALL_CORPUS_FINGERPRINT
+    assert content_fingerprint(corpus.documents) == corpus.fingerprint()  # UTF-8 text, bytes
+    (tmp_path / "3.txt").write_bytes("café".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"3.txt: not UTF-8 text .*; convert it to UTF-8"):
+        LMTask(LMTaskSpec(corpus=f"file:{tmp_path}", seq_len=4))

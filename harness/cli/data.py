@@ -29,9 +29,10 @@ SourceOption = Annotated[
     str,
     typer.Option(
         "--source",
-        help="A .txt file or folder; .jsonl/.parquet/.arrow files or a folder of them; a "
-        "save_to_disk folder (DIR[:split]); hf:OWNER/NAME[:config][:split]; or a built-in "
-        "corpus (shakespeare, file:PATH).",
+        help="A folder of text files (one document each: the split needs 3); .jsonl/.parquet/"
+        ".arrow files or a folder of them (one document per row); a save_to_disk folder "
+        "(DIR[:split]); hf:OWNER/NAME[:config][:split]; or a built-in corpus (shakespeare, "
+        "file:PATH).",
     ),
 ]
 TokenizerOption = Annotated[
@@ -55,22 +56,30 @@ def data_prepare(
     workers: Annotated[int, typer.Option(min=1, help="Tokenizing processes.")] = 1,
     text_field: Annotated[str, typer.Option(help="The field holding each row's text.")] = "text",
     pattern: Annotated[
-        str, typer.Option(help="The text files of a folder source (a glob; **/ for subfolders).")
-    ] = "**/*.txt",
+        str | None,
+        typer.Option(
+            help="The files of a folder source (a glob; **/ for subfolders; default: its .txt "
+            "files, else its row files).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Tokenize a corpus once into memory-mapped token shards and an index."""
     from harness.cache import DataMissingError
-    from harness.data.prepare import PrepareRequest, prepare
+    from harness.data.prepare import PrepareRequest, check_request, prepare
     from harness.data.store import data_dir
 
     request = PrepareRequest(name, source, tokenizer, val_fraction, test_fraction, seed, workers)
     try:
+        check_request(request)  # before the corpus is read
         documents = read_documents(source, text_field, pattern)
         total = sum(len(text.encode("utf-8")) for _, text in documents)
         with progress_bar(name, total) as advance:
             index = prepare(request, documents, advance)
     except (ValueError, DataMissingError) as error:
         raise fail(str(error)) from None
+    except OSError as error:  # a disk that fills up, a file that vanishes while read
+        raise fail(f"dataset '{name}': {error}") from None
     tokens = ", ".join(f"{split} {info.tokens:,}" for split, info in index.splits.items())
     console.print(
         f"[green]prepared[/] {name} in {data_dir() / name}: {index.vocab_size:,} ids, "
@@ -79,7 +88,7 @@ def data_prepare(
     )
 
 
-def read_documents(source: str, text_field: str, pattern: str) -> list[Document]:
+def read_documents(source: str, text_field: str, pattern: str | None) -> list[Document]:
     """The documents of `source`: a built-in corpus by its name, else `harness.data.sources`."""
     from pathlib import Path
 

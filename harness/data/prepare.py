@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.data.sources import Document, iter_chunks
+from harness.data.sources import Document, iter_chunks, split_hint
 from harness.data.store import (
     SEPARATOR,
     SPLITS,
@@ -27,7 +27,7 @@ from harness.data.store import (
     write_index,
     write_split,
 )
-from harness.data.tokenizers import Tokenizer, build_tokenizer
+from harness.data.tokenizers import Tokenizer, bpe_vocab_size, build_tokenizer
 
 CHUNK_CHARS = 1 << 20
 """Characters of text sent to a worker at a time."""
@@ -66,17 +66,24 @@ def check_fractions(val_fraction: float, test_fraction: float) -> None:
         raise ValueError("--val-fraction + --test-fraction must be below 1")
 
 
+def check_request(request: PrepareRequest) -> None:
+    """Raise ValueError for a bad name, fractions or tokenizer name (before any corpus is read)."""
+    check_name(request.name)
+    check_fractions(request.val_fraction, request.test_fraction)
+    bpe_vocab_size(request.tokenizer)
+
+
 def prepare(
     request: PrepareRequest, documents: list[Document], progress: Progress | None = None
 ) -> DatasetIndex:
     """Tokenize `documents` into the prepared dataset `request.name` (replacing one of that
     name only when complete)."""
-    check_name(request.name)
-    check_fractions(request.val_fraction, request.test_fraction)
+    check_request(request)
     documents = [(name, text) for name, text in documents if text]
     if not documents or not any(text.strip() for _, text in documents):
         raise ValueError(f"source '{request.source}': the corpus is empty (no text)")
-    splits = split_documents(documents, request.val_fraction, request.test_fraction, request.seed)
+    fractions = (request.val_fraction, request.test_fraction)
+    splits = split_documents(documents, *fractions, request.seed, split_hint(request.source))
     tokenizer = build_tokenizer(
         request.tokenizer,
         [text for _, text in splits["train"]],

@@ -1,9 +1,12 @@
 """Where a corpus's documents come from (`layerbench data prepare --source SRC`).
 
-- a text file (one document) or a folder: the files its `pattern` matches (`**/*.txt`: every
-  `.txt` file, in subfolders too), sorted by path, one document each;
+- a folder of text files: the files its `pattern` matches (`**/*.txt`: every `.txt` file, in
+  subfolders too), sorted by path, one document each (a single text file is one document, too
+  few for the split by document, which needs 3);
 - `.jsonl` / `.json`, `.parquet` or `.arrow` files, or a folder of them: one document per row,
   its text in a field (`text` unless `--text-field` says otherwise), read by `datasets`;
+- a folder holding both `.txt` and row files is read only with a `pattern` that says which
+  (every matched file is read by its suffix: rows from a row file, one document from any other);
 - a folder written by `datasets.Dataset.save_to_disk` (or a `DatasetDict`'s, with its `train`
   split unless the folder names one: `DIR:split`);
 - `hf:OWNER/NAME[:config][:split]`: a Hugging Face dataset through `datasets.load_dataset`,
@@ -27,6 +30,8 @@ Document = tuple[str, str]
 
 ROW_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".arrow": "arrow"}
 """File suffixes read row by row, and the `datasets` builder that reads each."""
+TEXT_PATTERN = "**/*.txt"
+"""The files a folder source reads without a pattern (when it holds no row files)."""
 SAVED_DATASET_MARKERS = ("dataset_info.json", "dataset_dict.json", "state.json")
 
 
@@ -40,8 +45,9 @@ class Source:
 
     spec: str
     text_field: str = "text"
-    pattern: str = "**/*.txt"
-    """The text files of a folder source (a glob relative to it: `**/` matches subfolders)."""
+    pattern: str | None = None
+    """The files of a folder source (a glob relative to it: `**/` matches subfolders); None:
+    its `.txt` files, else its row files (an error when it holds both)."""
 
     def documents(self) -> list[Document]:
         """Every document of the source, in the source's order."""
@@ -53,25 +59,35 @@ class Source:
         path = Path(self.spec).expanduser()
         if not path.exists():
             raise SourceError(f"source '{self.spec}': no such file or folder")
-        text_files = [p for p in sorted(path.glob(self.pattern)) if p.is_file()]
-        if (path.is_file() and path.suffix not in ROW_FORMATS) or text_files:
-            return [
-                (name, file.read_text(encoding="utf-8"))
-                for name, file in named_files(path, text_files)
-            ]
-        return self._row_files(path)
+        documents: list[Document] = []
+        for name, file in named_files(path, [path] if path.is_file() else self._files(path)):
+            if file.suffix in ROW_FORMATS:
+                documents += self._rows(row_file(file), f"{name}:")
+            else:
+                documents.append((name, read_text(file)))
+        return documents
 
-    def _row_files(self, path: Path) -> list[Document]:
-        files = [path] if path.is_file() else sorted(path.rglob("*"))
-        files = [f for f in files if f.suffix in ROW_FORMATS]
-        if not files:
+    def _files(self, folder: Path) -> list[Path]:
+        """The files of a folder source (see `pattern`)."""
+        if self.pattern is not None:
+            if not (files := matching_files(folder, self.pattern)):
+                raise SourceError(
+                    f"source '{self.spec}': no file matches --pattern '{self.pattern}'"
+                )
+            return files
+        texts = matching_files(folder, TEXT_PATTERN)
+        rows = [f for f in matching_files(folder, "**/*") if f.suffix in ROW_FORMATS]
+        if texts and rows:
+            raise SourceError(
+                f"source '{self.spec}' holds both text files ({texts[0].name}, ...) and row files "
+                f"({rows[0].name}, ...): say which to read with --pattern, e.g. --pattern "
+                f"'**/*{rows[0].suffix}' or --pattern '{TEXT_PATTERN}'"
+            )
+        if not texts and not rows:
             raise SourceError(
                 f"source '{self.spec}': no .txt, .jsonl, .json, .parquet or .arrow files"
             )
-        documents: list[Document] = []
-        for name, file in named_files(path, files):
-            documents += self._rows(row_file(file), f"{name}:")
-        return documents
+        return texts or rows
 
     def _rows(self, rows: Any, prefix: str) -> list[Document]:
         """The `text_field` of each row of a `datasets.Dataset`, named `{prefix}{row}`."""
@@ -89,6 +105,44 @@ def named_files(root: Path, files: list[Path]) -> list[tuple[str, Path]]:
     if root.is_file():
         return [(root.stem, root)]
     return [(file.relative_to(root).with_suffix("").as_posix(), file) for file in files]
+
+
+def matching_files(folder: Path, pattern: str) -> list[Path]:
+    """The files under `folder` that the glob `pattern` matches, sorted by path."""
+    try:
+        return [path for path in sorted(folder.glob(pattern)) if path.is_file()]
+    except (NotImplementedError, ValueError):  # an absolute or empty pattern
+        raise SourceError(
+            f"--pattern '{pattern}': give a glob relative to the source folder, e.g. "
+            f"'{TEXT_PATTERN}'"
+        ) from None
+
+
+def read_text(file: Path) -> str:
+    """A text file's text (UTF-8)."""
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise SourceError(
+            f"source {not_utf8(file, error)}, or leave it out with --pattern"
+        ) from None
+
+
+def not_utf8(file: Path, error: UnicodeDecodeError) -> str:
+    """What is wrong with a text file that is not UTF-8, and what to do."""
+    return (
+        f"file {file}: not UTF-8 text ({error.reason} at byte {error.start}); convert it to UTF-8"
+    )
+
+
+def split_hint(spec: str) -> str:
+    """What gives more documents, for the kind of source `spec` names."""
+    path = Path(spec).expanduser()
+    if spec.startswith("hf:") or path.suffix in ROW_FORMATS or saved_dataset_path(spec)[0]:
+        return "each row is one document: give a source with more rows"
+    if path.is_file() or spec.startswith("file:"):
+        return "a text file is one document: give a folder of text files"
+    return "each text file, or row of a row file, is one document: give a folder with more"
 
 
 def row_file(file: Path) -> Any:
@@ -120,7 +174,10 @@ def saved_dataset(path: Path, split: str | None) -> Any:
     """A dataset written by `save_to_disk`; a `DatasetDict`'s `split` (default `train`)."""
     import datasets
 
-    loaded = datasets.load_from_disk(str(path))
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except (OSError, ValueError) as error:  # missing or damaged files of the saved dataset
+        raise SourceError(f"source '{path}': cannot be read as a saved dataset ({error})") from None
     if not isinstance(loaded, datasets.DatasetDict):
         return loaded
     chosen = split or "train"

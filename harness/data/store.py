@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -122,20 +122,30 @@ def dataset_fingerprint(fields: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
-def content_fingerprint(documents: Sequence[Document]) -> str:
-    """sha256 over every document's name and UTF-8 text, in order."""
+def named_bytes_fingerprint(items: Iterable[tuple[str, bytes]]) -> str:
+    """sha256 over each (name, bytes) in order, as `name\0length\0bytes`: a prepared dataset's
+    content (its documents' UTF-8 text) and a built-in corpus's (its files' raw bytes)."""
     digest = hashlib.sha256()
-    for name, text in documents:
-        raw = text.encode("utf-8")
+    for name, raw in items:
         digest.update(f"{name}\0{len(raw)}\0".encode())
         digest.update(raw)
     return digest.hexdigest()
 
 
+def content_fingerprint(documents: Sequence[Document]) -> str:
+    """sha256 over every document's name and UTF-8 text, in order."""
+    return named_bytes_fingerprint((name, text.encode("utf-8")) for name, text in documents)
+
+
 def split_documents(
-    documents: Sequence[Document], val_fraction: float, test_fraction: float, seed: int
+    documents: Sequence[Document],
+    val_fraction: float,
+    test_fraction: float,
+    seed: int,
+    hint: str = "give a folder of .txt files, one document each",
 ) -> dict[str, list[Document]]:
-    """Documents assigned to train/val/test by a seeded permutation, at least one per split.
+    """Documents assigned to train/val/test by a seeded permutation, at least one per split
+    (`hint`: what gives more documents, said when there are fewer than 3).
 
     The permutation orders documents by sha256(f"{seed}:{name}"), so it depends only on the
     seed and the document names (not on file order, numpy's or torch's random streams).
@@ -143,8 +153,7 @@ def split_documents(
     n = len(documents)
     if n < len(SPLITS):
         raise ValueError(
-            f"a document-level train/val/test split needs at least 3 documents, got {n} "
-            "(give a directory of .txt files)"
+            f"a document-level train/val/test split needs at least 3 documents, got {n}: {hint}"
         )
     n_val = max(1, round(n * val_fraction))
     n_test = max(1, round(n * test_fraction))
@@ -177,24 +186,37 @@ def token_dtype(vocab_size: int) -> np.dtype[Any]:
 # --- writing ------------------------------------------------------------------------------------
 
 
+def staging_prefix(name: str) -> str:
+    """The start of the temporary folders of a prepare of `name`: `+` cannot occur in a dataset
+    name, so `a`'s prefix matches none of `a.b`'s (names may hold '.')."""
+    return f"{STAGING_PREFIX}{name}+"
+
+
 @contextmanager
 def staging_folder(name: str) -> Iterator[Path]:
     """A fresh folder that becomes `data_dir()/name` when the block completes, and is removed
     if it fails; leftovers of interrupted prepares of `name` are removed first."""
     root = data_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(f"{STAGING_PREFIX}{name}.*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{name}.", dir=root))
+    prefix = staging_prefix(name)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(f"{prefix}*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    except OSError as error:
+        raise DatasetError(
+            f"the data folder {root} cannot be written ({error.strerror or error}); set "
+            "LAYERBENCH_DATA to a folder you can write"
+        ) from None
     try:
         yield staging
         target = root / name
         if target.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{name}.", dir=root))
+            retired = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
             target.rename(retired / name)
         staging.rename(target)
     finally:
-        for leftover in root.glob(f"{STAGING_PREFIX}{name}.*"):
+        for leftover in root.glob(f"{prefix}*"):
             shutil.rmtree(leftover, ignore_errors=True)
 
 

@@ -155,7 +155,12 @@ class ModelTokenizer(Tokenizer):
         self.hf = tokenizer
         self.vocab_size = len(tokenizer)
         pieces = tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
-        self.byte_lengths = vocabulary_bytes(pieces, set(tokenizer.all_special_ids))
+        byte_level = (
+            is_byte_level(tokenizer.backend_tokenizer.to_str())
+            if tokenizer.is_fast
+            else hasattr(tokenizer, "byte_encoder")  # a slow GPT-2 tokenizer
+        )
+        self.byte_lengths = vocabulary_bytes(pieces, set(tokenizer.all_special_ids), byte_level)
 
     def encode(self, text: str) -> np.ndarray:
         return np.asarray(self.hf.encode(text, add_special_tokens=False), dtype=np.int64)
@@ -173,14 +178,10 @@ class HFTokenizer(Tokenizer):
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         pieces = [backend.id_to_token(i) for i in range(self.vocab_size)]
         special = {i for i, added in backend.get_added_tokens_decoder().items() if added.special}
-        self.byte_lengths = vocabulary_bytes(pieces, special)
+        self.byte_lengths = vocabulary_bytes(pieces, special, is_byte_level(backend.to_str()))
 
     def encode(self, text: str) -> np.ndarray:
         return np.asarray(self.backend.encode(text, add_special_tokens=False).ids, dtype=np.int64)
-
-    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-        encodings = self.backend.encode_batch(texts, add_special_tokens=False)
-        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         ids_list = np.asarray(ids, dtype=np.int64).tolist()
@@ -204,9 +205,25 @@ class HFTokenizer(Tokenizer):
         self.__init__(RustTokenizer.from_str(state["json"]), state["identity"])  # type: ignore[misc]
 
 
-def vocabulary_bytes(pieces: Sequence[str | None], special: set[int]) -> np.ndarray:
-    """UTF-8 bytes of each vocabulary piece (0 for special tokens)."""
-    byte_level = any(piece and "\u0120" in piece for piece in pieces)
+def is_byte_level(definition: str) -> bool:
+    """Whether a `tokenizer.json` (its text) maps bytes to GPT-2's byte-level alphabet: a
+    `ByteLevel` pre-tokenizer or decoder, alone or in a `Sequence`."""
+    tokenizer = json.loads(definition)
+    return any(_has_byte_level(tokenizer.get(part)) for part in ("pre_tokenizer", "decoder"))
+
+
+def _has_byte_level(component: Any) -> bool:
+    if not isinstance(component, dict):
+        return False
+    steps = component.get("pretokenizers") or component.get("decoders") or []
+    return component.get("type") == "ByteLevel" or any(map(_has_byte_level, steps))
+
+
+def vocabulary_bytes(
+    pieces: Sequence[str | None], special: set[int], byte_level: bool
+) -> np.ndarray:
+    """UTF-8 bytes of each vocabulary piece (0 for special tokens), its pieces written in GPT-2's
+    byte-level alphabet or (`byte_level` False) as SentencePiece writes them."""
     return np.array(
         [0 if i in special else piece_bytes(p, byte_level) for i, p in enumerate(pieces)],
         dtype=np.int64,
@@ -240,6 +257,8 @@ def piece_bytes(piece: str | None, byte_level: bool) -> int:
 
 
 BPE_PREFIX = "bpe:"
+BPE_SIZE = re.compile(r"[0-9]+")
+"""N of `bpe:N`: ASCII digits only (`str.isdigit` also accepts "²", which `int` refuses)."""
 
 
 def bpe_vocab_size(name: str) -> int | None:
@@ -247,17 +266,12 @@ def bpe_vocab_size(name: str) -> int | None:
     if not name.startswith(BPE_PREFIX):
         return None
     size = name.removeprefix(BPE_PREFIX)
-    if not size.isdigit() or int(size) < 257:
+    if not BPE_SIZE.fullmatch(size) or int(size) < 257:
         raise TokenizerError(
             f"tokenizer '{name}': give the vocabulary size as a whole number of at least 257 "
             "(256 bytes and one merge), e.g. 'bpe:8192'"
         )
     return int(size)
-
-
-def needs_training(name: str) -> bool:
-    """Whether the tokenizer is built from the corpus (char, bpe:N) rather than given."""
-    return name == "char" or bpe_vocab_size(name) is not None
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int) -> HFTokenizer:
@@ -304,7 +318,7 @@ def folder_tokenizer(path: Path) -> HFTokenizer:
     from tokenizers import Tokenizer as RustTokenizer
 
     file = path if path.is_file() else path / TOKENIZER_FILE
-    identity = {"kind": "huggingface", "source": str(path.resolve())}
+    identity = {"kind": "huggingface"}  # not its path: the fingerprint pins its content
     if file.is_file():
         try:
             return HFTokenizer(RustTokenizer.from_file(str(file)), identity)

@@ -27,7 +27,13 @@ from harness.cache import DataMissingError
 from harness.core import Direction
 from harness.registry import SYNTHETIC_KINDS, TASKS, TOKENIZERS, EvalTaskEntry, declare_metrics
 from harness.spec.sections import StrictModel
-from harness.tasks.corpora import check_corpus_name, corpus_fingerprint, load_corpus
+from harness.tasks.corpora import (
+    check_corpus_name,
+    corpus_fingerprint,
+    corpus_vocab_size,
+    load_corpus,
+    vocab_error,
+)
 from harness.tasks.trivial import SYNTHETIC_SETS, lm_trivial, synthetic_trivial
 
 
@@ -116,6 +122,15 @@ class LMTaskSpec(StrictModel):
                     "give either `dataset` or `corpus`"
                 )
             check_dataset(self.dataset, self.seq_len, self.vocab_size)
+        return self
+
+    @model_validator(mode="after")
+    def _corpus_fits(self) -> LMTaskSpec:
+        if self.dataset is None and self.vocab_size is not None:
+            ids = corpus_vocab_size(self.corpus, self.tokenizer)
+            if ids is not None and ids > self.vocab_size:
+                source = f"corpus '{self.corpus}' ({self.tokenizer})"
+                raise ValueError(vocab_error(source, ids, self.vocab_size))
         return self
 
     @model_serializer(mode="wrap")

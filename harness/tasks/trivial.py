@@ -27,7 +27,7 @@ import numpy as np
 
 from harness.cache import cache_dir
 from harness.registry import SYNTHETIC_KINDS
-from harness.tasks.corpora import SPLITS, corpus_fingerprint, lm_splits
+from harness.tasks.corpora import SPLITS, corpus_fingerprint, lm_splits, model_vocab_size
 
 SYNTHETIC_SETS = ("id", "test", "ood")
 """A synthetic task's evaluation sets (`test` only at the final evaluation); its trivial
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from harness.tasks.catalog import LMTaskSpec, SyntheticTaskSpec
 
 TRIVIAL_SUFFIX = ":trivial"
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"
 """Bumped when the computation changes, so older cached levels are not read."""
 
 
@@ -46,12 +46,24 @@ def trivial_name(metric: str) -> str:
     return f"{metric}{TRIVIAL_SUFFIX}"
 
 
-def unigram_loss(train: np.ndarray, tokens: np.ndarray, vocab_size: int) -> float:
-    """Mean cross-entropy (nats per token) of `tokens` under the add-one-smoothed unigram
-    distribution of `train`."""
-    counts = np.bincount(train, minlength=vocab_size).astype(float) + 1.0
-    log_p = np.log(counts / counts.sum())
-    return float(-log_p[tokens].mean())
+COUNT_CHUNK = 1 << 22
+"""Tokens counted at a time (a prepared split is memory-mapped: it is never read whole)."""
+
+
+def token_counts(tokens: np.ndarray, size: int) -> np.ndarray:
+    """How often each id below `size` occurs in `tokens` (int64), read `COUNT_CHUNK` at a time."""
+    counts = np.zeros(size, dtype=np.int64)
+    for start in range(0, len(tokens), COUNT_CHUNK):
+        counts += np.bincount(tokens[start : start + COUNT_CHUNK], minlength=size)
+    return counts
+
+
+def unigram_loss(train_counts: np.ndarray, counts: np.ndarray) -> float:
+    """Mean cross-entropy (nats per token) of tokens with id counts `counts` under the
+    add-one-smoothed unigram distribution of tokens with id counts `train_counts`."""
+    smoothed = train_counts.astype(float) + 1.0
+    log_p = np.log(smoothed / smoothed.sum())
+    return float(-(counts @ log_p) / counts.sum())
 
 
 def lm_trivial(spec: LMTaskSpec) -> dict[str, float]:
@@ -73,13 +85,15 @@ def lm_trivial(spec: LMTaskSpec) -> dict[str, float]:
 
 def _lm_levels(spec: LMTaskSpec) -> dict[str, float]:
     data = lm_splits(spec)
-    tokens = data.tokens
-    vocab_size = spec.vocab_size or data.vocab_size
+    vocab_size = model_vocab_size(spec, data)
+    counts = {name: token_counts(data.tokens[name], vocab_size) for name in SPLITS}
+    byte_lengths = np.zeros(vocab_size, dtype=np.int64)
+    byte_lengths[: len(data.byte_lengths)] = data.byte_lengths
     levels: dict[str, float] = {}
     for name in SPLITS:
-        loss = unigram_loss(tokens["train"], tokens[name], vocab_size)
-        n_bytes = int(data.byte_lengths[tokens[name]].sum())
-        bits = loss * len(tokens[name]) / math.log(2) / n_bytes
+        loss = unigram_loss(counts["train"], counts[name])
+        n_bytes = int(counts[name] @ byte_lengths)
+        bits = loss * len(data.tokens[name]) / math.log(2) / n_bytes
         prefix = "" if name == "val" else f"{name}_"
         levels |= {f"{name}_loss": loss, f"{name}_ppl": math.exp(loss)}
         if name != "train":
