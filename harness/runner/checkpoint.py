@@ -136,10 +136,15 @@ class Checkpoints:
         """The checkpoint files, newest first."""
         return sorted(self.folder.glob("step-*.pt"), reverse=True)
 
-    def save(self, step: int, training: Training) -> None:
-        """Write the state after `step` atomically, then keep only the newest `keep` files."""
+    def save(self, step: int, training: Training, write: bool = True) -> None:
+        """Write the state after `step` atomically, then keep only the newest `keep` files.
+        Every rank of a trial over several calls it (a sharded model's state is gathered);
+        rank 0 alone writes (`write`)."""
+        snapshot = self.snapshot(step, training)
+        if not write:
+            return
         payload = io.BytesIO()
-        torch.save(self.snapshot(step, training), payload)
+        torch.save(snapshot, payload)
         write_atomic(self.folder / f"step-{step:08d}.pt", payload.getvalue())
         for old in self.files()[self.keep :]:
             old.unlink(missing_ok=True)

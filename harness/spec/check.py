@@ -209,6 +209,12 @@ def check_method(suite: Suite, name: str, locator: Locator) -> Iterator[Problem]
         if problems:
             yield from problems
             return
+        try:
+            settings.train.micro_batches(suite.resources.ranks)
+        except ValueError as error:
+            field = "micro_batch_size" if settings.train.micro_batch_size else "batch_size"
+            yield locator.problem(origin(suite, name, ("train", field), locator), str(error))
+            return
 
 
 def origin(suite: Suite, name: str, loc: Loc, locator: Locator) -> Loc:

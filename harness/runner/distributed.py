@@ -1,0 +1,319 @@
+"""One trial over several processes (ranks) with torch.distributed: DDP or FSDP2 (issue 40).
+
+A trial whose suite asks for more than one rank (`resources.tasks`, `gpus`, `nodes`: the
+recipe's `ranks`) is started in one of two ways:
+
+- by the local backend (or any caller of `run_trial` outside a rank): `launch` starts torch's
+  elastic launcher, `python -m torch.distributed.run --standalone --nproc-per-node N` (what
+  `torchrun` runs), on this module's `main`, and waits for it; rank 0 connects back to the
+  launching process, streams its progress and sends the trial's result, which the launcher
+  returns as the trial's one result;
+- by a cluster scheduler that starts every rank itself (Slurm's `srun`: `export_slurm_ranks`
+  sets torch's variables from Slurm's), each rank calling `run_trial` in its own process.
+
+In each rank, `join` opens the process group (NCCL on CUDA, gloo on the CPU) and `wrap` wraps
+the model: `DistributedDataParallel`, or FSDP2's `fully_shard` on each block and on the whole
+model. Every rank draws the same global batch from the same data generator and trains on its
+own contiguous slice (`Ranks.share`), so the global batch is the single process's; the
+gradients are averaged by DDP's all-reduce (FSDP's reduce-scatter), so the update is the
+single process's full-batch update. The loss each step reports is the mean over ranks. Every
+rank evaluates and computes the diagnostics on the whole model (DDP: its full replica, whose
+gradients are the all-reduced ones; FSDP: collectives on the sharded parameters), so they are
+those of the full model, not of one rank's shard or batch; rank 0 alone reports, returns the
+result the runner stores (and MLflow tracks) and writes checkpoints, which every rank restores
+(`harness.runner.checkpoint`; FSDP gathers the full state into rank 0 to write it through
+`torch.distributed.checkpoint.state_dict`, and broadcasts it back when it resumes). A stop
+(time limit, divergence) is agreed by all ranks (`Ranks.any`), so none is left waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing.connection import Client, Connection, Listener
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from harness.core import Status
+from harness.methods.layers import blocks
+from harness.records import TrialResult
+from harness.runner.process import die_with_parent, quiet_libraries
+from harness.spec.recipe import TrialRecipe
+from harness.tasks.base import Batch
+
+ADDRESS_ENV = "LAYERBENCH_RANK0_ADDRESS"
+"""host:port where the launcher listens for rank 0's progress and result."""
+AUTH_ENV = "LAYERBENCH_RANK0_AUTH"
+"""The launcher's connection key (hex), so that no other process can send a result."""
+LOG_TAIL = 4000
+"""Characters of the ranks' output a failed launch keeps as the trial's error."""
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among a trial's ranks (rank 0 of 1 for a single process)."""
+
+    rank: int = 0
+    world: int = 1
+    local: int = 0
+
+    @property
+    def lead(self) -> bool:
+        """Rank 0: the one that reports, checkpoints and returns the trial's result."""
+        return self.rank == 0
+
+    def share(self, batch: Batch) -> Batch:
+        """This rank's contiguous slice of the global batch (the whole batch for one rank)."""
+        if self.world == 1:
+            return batch
+        size = batch[0].shape[0] // self.world
+        return tuple(tensor[self.rank * size : (self.rank + 1) * size] for tensor in batch)
+
+    def mean(self, value: torch.Tensor) -> float:
+        """The mean of a scalar over the ranks (the value itself for one rank)."""
+        if self.world == 1:
+            return float(value.item())
+        total = value.detach().float().reshape(1).clone()
+        dist.all_reduce(total)
+        return float(total.item()) / self.world
+
+    def any(self, flag: bool) -> bool:
+        """Whether `flag` holds on any rank: a decision every rank then takes together."""
+        if self.world == 1:
+            return flag
+        value = torch.tensor([float(flag)], device=collective_device())
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item() > 0)
+
+
+SINGLE = Ranks()
+
+
+def in_rank() -> bool:
+    """Is this process one rank of a launched trial (torchrun's or Slurm's variables set)?"""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def collective_device() -> torch.device:
+    """Where this process group's collectives take their tensors (NCCL: the rank's GPU)."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def join(recipe: TrialRecipe, device: torch.device) -> tuple[Ranks, torch.device]:
+    """This rank's place, its process group opened (NCCL on CUDA, gloo on the CPU), and its
+    device (`cuda:LOCAL_RANK` on CUDA); a single-process trial stays as it is."""
+    if recipe.ranks == 1:
+        return SINGLE, device
+    world = int(os.environ["WORLD_SIZE"])
+    if world != recipe.ranks:
+        raise RuntimeError(
+            f"the trial asks for {recipe.ranks} ranks but was started with {world} "
+            "(WORLD_SIZE)"
+        )
+    ranks = Ranks(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
+    if device.type == "cuda":
+        device = torch.device("cuda", ranks.local)
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return ranks, device
+
+
+def wrap(model: nn.Module, parallel: str, ranks: Ranks) -> nn.Module:
+    """The module the training step runs: the model itself for one rank; DDP around it; or,
+    for FSDP, the model itself, each block and then the whole model sharded in place
+    (`fully_shard`), so its optimizer must be built after this."""
+    if ranks.world == 1:
+        return model
+    if parallel == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for block in blocks(model):
+            fully_shard(block)
+        fully_shard(model)
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids = [torch.cuda.current_device()] if dist.get_backend() == "nccl" else None
+    return DistributedDataParallel(model, device_ids=device_ids)
+
+
+@contextmanager
+def synced(step_model: nn.Module, last: bool) -> Iterator[None]:
+    """A micro-batch's backward: the gradients are all-reduced on the last one only (DDP's
+    `no_sync`, FSDP2's `set_requires_gradient_sync`)."""
+    if last:
+        yield
+        return
+    if hasattr(step_model, "no_sync"):
+        with step_model.no_sync():
+            yield
+    elif hasattr(step_model, "set_requires_gradient_sync"):
+        step_model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            step_model.set_requires_gradient_sync(True)
+    else:
+        yield
+
+
+def sharded(model: nn.Module) -> bool:
+    """Is this model's state sharded over the ranks (FSDP2)?"""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def export_slurm_ranks() -> None:
+    """torch.distributed's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)
+    from those of the Slurm task this process is (submitit's helper), when it is one task of
+    several."""
+    if int(os.environ.get("SLURM_NTASKS", "1")) > 1 and not in_rank():
+        from submitit.helpers import TorchDistributedEnvironment
+
+        TorchDistributedEnvironment().export()
+
+
+Report = Callable[[int, int, float], None]
+
+
+def launch(config: Mapping[str, Any], ranks: int, report: Report, key: str | None) -> TrialResult:
+    """Run a trial of `ranks` ranks here under torch's elastic launcher and return rank 0's
+    result (see the module docstring). `report` is called with rank 0's progress; if it raises,
+    the ranks are killed and the exception propagates (as a kill of the trial would)."""
+    authkey = secrets.token_bytes(16)
+    with (
+        tempfile.TemporaryDirectory(prefix="layerbench-ranks-") as folder,
+        Listener(("127.0.0.1", 0), authkey=authkey) as listener,
+    ):
+        config_path = Path(folder) / "config.json"
+        config_path.write_text(json.dumps(config))
+        host, port = listener.address
+        env = {**os.environ, ADDRESS_ENV: f"{host}:{port}", AUTH_ENV: authkey.hex()}
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={ranks}",
+            "-m",
+            __name__,
+            str(config_path),
+            key or "",
+        ]
+        log_path = Path(folder) / "ranks.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(  # noqa: S603 (this interpreter, torch's launcher)
+                command,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 (prctl only, no locks)
+            )
+            try:
+                result = relay(listener, process, report)
+            finally:
+                stop(process)
+        if result is None or (result.status is Status.RUNNING):
+            output = log_path.read_text(errors="replace")[-LOG_TAIL:]
+            return TrialResult(
+                Status.FAILED,
+                error=f"the trial's ranks exited with code {process.returncode} without a "
+                f"result; their output ends:\n{output}",
+            )
+        return result
+
+
+def relay(listener: Listener, process: subprocess.Popen[bytes], report: Report) -> TrialResult | None:
+    """Pass rank 0's progress to `report` until its result comes or the launcher ends."""
+    messages: queue.Queue[Any] = queue.Queue()
+    threading.Thread(target=receive, args=(listener, messages), daemon=True).start()
+    while True:
+        try:
+            message = messages.get(timeout=0.2)
+        except queue.Empty:
+            if process.poll() is not None and messages.empty():
+                return None
+            continue
+        if message[0] == "result":
+            process.wait()
+            result: TrialResult = message[1]
+            return result
+        if message[0] == "progress":
+            report(*message[1:])
+
+
+def receive(listener: Listener, messages: queue.Queue[Any]) -> None:
+    """Rank 0's messages, put on `messages` (a thread: `accept` blocks)."""
+    try:
+        with listener.accept() as conn:
+            for message in iter_messages(conn):
+                messages.put(message)
+    except OSError:
+        pass  # the launcher closed the listener: the trial is over
+
+
+def iter_messages(conn: Connection) -> Iterator[Any]:
+    while True:
+        try:
+            yield conn.recv()
+        except EOFError:
+            return
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """End the launcher and its ranks (its session), if still running."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def rank_report(conn: Connection | None) -> Report | None:
+    if conn is None:
+        return None
+    return lambda step, total, loss: conn.send(("progress", step, total, loss))
+
+
+def main(config_path: str, key: str) -> int:
+    """A rank's process, started by the launcher: run the trial as one of its ranks; rank 0
+    sends its progress and result to the launcher. A rank whose trial failed exits 1, so the
+    launcher ends the others (which would wait for it in a collective)."""
+    from harness.runner.trial import run_trial
+
+    die_with_parent()
+    quiet_libraries()
+    config = json.loads(Path(config_path).read_text())
+    conn = None
+    if int(os.environ["RANK"]) == 0:
+        host, port = os.environ[ADDRESS_ENV].rsplit(":", 1)
+        conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ[AUTH_ENV]))
+    result = run_trial(config, rank_report(conn), key or None)
+    if conn is not None:
+        conn.send(("result", result))
+        conn.close()
+    if result.status is Status.FAILED:
+        print(result.error, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:3]))
