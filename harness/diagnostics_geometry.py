@@ -28,6 +28,15 @@ from torch import Tensor, nn
 
 from harness.records import LayerStat
 
+
+def whole(tensor: Tensor) -> Tensor:
+    """A tensor in full: an FSDP-sharded parameter (a DTensor) gathered from every rank (a
+    collective: every rank calls it), any other tensor as it is."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
 NEIGHBOURS = 16
 """Tokens in each token's neighbourhood when fitting its tokenwise map."""
 MAX_TOKENS = 512
@@ -112,7 +121,7 @@ class WeightTracker:
 
     def __init__(self, layers: Sequence[nn.Module], seed: int = 0) -> None:
         self.layers = layers
-        self.initial = [[p.detach().clone() for p in layer.parameters()] for layer in layers]
+        self.initial = [[whole(p).detach().clone() for p in layer.parameters()] for layer in layers]
         generator = torch.Generator().manual_seed(seed)
         self.vectors = {
             (index, name): torch.randn(p.shape[1], generator=generator).to(p.device)
@@ -137,10 +146,13 @@ class WeightTracker:
     def stats(self, step: int) -> list[LayerStat]:
         stats = []
         for index, layer in enumerate(self.layers):
-            rotation = cosine_distance(list(layer.parameters()), self.initial[index])
+            current = [whole(p) for p in layer.parameters()]
+            rotation = cosine_distance(current, self.initial[index])
             stats.append(LayerStat(step, index, "layer_rotation", rotation))
-            for name, p in layer.named_parameters():
+            for (name, p), full in zip(layer.named_parameters(), current, strict=True):
                 if p.ndim == 2:
-                    value, self.vectors[index, name] = spectral_norm(p, self.vectors[index, name])
+                    value, self.vectors[index, name] = spectral_norm(
+                        full, self.vectors[index, name]
+                    )
                     stats.append(LayerStat(step, index, f"spectral_norm/{name}", value))
         return stats

@@ -181,6 +181,46 @@ def sharded(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
+def gathered(state: Any) -> Any:
+    """A checkpoint's state with every sharded tensor (DTensor) gathered in full: a collective,
+    which every rank calls on states of the same structure."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(state, DTensor):
+        return state.full_tensor()
+    if isinstance(state, dict):
+        return {name: gathered(value) for name, value in state.items()}
+    if isinstance(state, list | tuple):
+        return type(state)(gathered(value) for value in state)
+    return state
+
+
+def load_sharded_model(model: nn.Module, state: dict[str, Any]) -> None:
+    """Load a full model state into an FSDP-sharded model (each rank keeps its shard:
+    `torch.distributed.checkpoint.state_dict.set_model_state_dict`)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+
+
+def sharded_like(saved: dict[str, Any], optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """A saved optimizer state of full tensors, each of a sharded parameter's shape sharded
+    as that parameter is (its DTensor mesh and placements), so it loads into `optimizer`."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    state = {}
+    for index, values in saved["state"].items():
+        p = params[int(index)]
+        state[index] = {
+            name: distribute_tensor(value.to(p.device), p.device_mesh, p.placements)
+            if isinstance(p, DTensor) and isinstance(value, torch.Tensor) and value.shape == p.shape
+            else value
+            for name, value in values.items()
+        }
+    return {**saved, "state": state}
+
+
 def export_slurm_ranks() -> None:
     """torch.distributed's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)
     from those of the Slurm task this process is (submitit's helper), when it is one task of
