@@ -123,8 +123,7 @@ def join(recipe: TrialRecipe, device: torch.device) -> tuple[Ranks, torch.device
     world = int(os.environ["WORLD_SIZE"])
     if world != recipe.ranks:
         raise RuntimeError(
-            f"the trial asks for {recipe.ranks} ranks but was started with {world} "
-            "(WORLD_SIZE)"
+            f"the trial asks for {recipe.ranks} ranks but was started with {world} (WORLD_SIZE)"
         )
     ranks = Ranks(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
     if device.type == "cuda":
@@ -224,11 +223,13 @@ def sharded_like(saved: dict[str, Any], optimizer: torch.optim.Optimizer) -> dic
 def export_slurm_ranks() -> None:
     """torch.distributed's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)
     from those of the Slurm task this process is (submitit's helper), when it is one task of
-    several."""
+    several; on one node, rank 0 is reached at 127.0.0.1."""
     if int(os.environ.get("SLURM_NTASKS", "1")) > 1 and not in_rank():
         from submitit.helpers import TorchDistributedEnvironment
 
         TorchDistributedEnvironment().export()
+        if int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) == 1:
+            os.environ["MASTER_ADDR"] = "127.0.0.1"  # one node: its Slurm name may not resolve
 
 
 Report = Callable[[int, int, float], None]
@@ -282,7 +283,9 @@ def launch(config: Mapping[str, Any], ranks: int, report: Report, key: str | Non
         return result
 
 
-def relay(listener: Listener, process: subprocess.Popen[bytes], report: Report) -> TrialResult | None:
+def relay(
+    listener: Listener, process: subprocess.Popen[bytes], report: Report
+) -> TrialResult | None:
     """Pass rank 0's progress to `report` until its result comes or the launcher ends."""
     messages: queue.Queue[Any] = queue.Queue()
     threading.Thread(target=receive, args=(listener, messages), daemon=True).start()
