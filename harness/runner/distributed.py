@@ -5,7 +5,7 @@ recipe's `ranks`) is started in one of two ways:
 
 - by the local backend (or any caller of `run_trial` outside a rank): `launch` starts torch's
   elastic launcher, `python -m torch.distributed.run --standalone --nproc-per-node N` (what
-  `torchrun` runs), on this module's `main`, and waits for it; rank 0 connects back to the
+  `torchrun` runs), on `harness.runner.rank`, and waits for it; rank 0 connects back to the
   launching process, streams its progress and sends the trial's result, which the launcher
   returns as the trial's one result;
 - by a cluster scheduler that starts every rank itself (Slurm's `srun`: `export_slurm_ranks`
@@ -38,9 +38,9 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ from torch import nn
 from harness.core import Status
 from harness.methods.layers import blocks
 from harness.records import TrialResult
-from harness.runner.process import die_with_parent, quiet_libraries
+from harness.runner.process import die_with_parent
 from harness.spec.recipe import TrialRecipe
 from harness.tasks.base import Batch
 
@@ -157,20 +157,23 @@ def wrap(model: nn.Module, parallel: str, ranks: Ranks) -> nn.Module:
 def synced(step_model: nn.Module, last: bool) -> Iterator[None]:
     """A micro-batch's backward: the gradients are all-reduced on the last one only (DDP's
     `no_sync`, FSDP2's `set_requires_gradient_sync`)."""
-    if last:
+    no_sync: Callable[[], AbstractContextManager[None]] | None = getattr(
+        step_model, "no_sync", None
+    )  # DDP
+    set_sync: Callable[[bool], None] | None = getattr(
+        step_model, "set_requires_gradient_sync", None
+    )  # FSDP2
+    if last or (no_sync is None and set_sync is None):
         yield
-        return
-    if hasattr(step_model, "no_sync"):
-        with step_model.no_sync():
+    elif no_sync is not None:
+        with no_sync():
             yield
-    elif hasattr(step_model, "set_requires_gradient_sync"):
-        step_model.set_requires_gradient_sync(False)
+    elif set_sync is not None:
+        set_sync(False)
         try:
             yield
         finally:
-            step_model.set_requires_gradient_sync(True)
-    else:
-        yield
+            set_sync(True)
 
 
 def sharded(model: nn.Module) -> bool:
@@ -255,19 +258,19 @@ def launch(config: Mapping[str, Any], ranks: int, report: Report, key: str | Non
             "--standalone",
             f"--nproc-per-node={ranks}",
             "-m",
-            __name__,
+            "harness.runner.rank",
             str(config_path),
             key or "",
         ]
         log_path = Path(folder) / "ranks.log"
         with open(log_path, "wb") as log:
-            process = subprocess.Popen(  # noqa: S603 (this interpreter, torch's launcher)
+            process = subprocess.Popen(
                 command,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 (prctl only, no locks)
+                preexec_fn=die_with_parent,
             )
             try:
                 result = relay(listener, process, report)
@@ -327,36 +330,3 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-
-
-def rank_report(conn: Connection | None) -> Report | None:
-    if conn is None:
-        return None
-    return lambda step, total, loss: conn.send(("progress", step, total, loss))
-
-
-def main(config_path: str, key: str) -> int:
-    """A rank's process, started by the launcher: run the trial as one of its ranks; rank 0
-    sends its progress and result to the launcher. A rank whose trial failed exits 1, so the
-    launcher ends the others (which would wait for it in a collective)."""
-    from harness.runner.trial import run_trial
-
-    die_with_parent()
-    quiet_libraries()
-    config = json.loads(Path(config_path).read_text())
-    conn = None
-    if int(os.environ["RANK"]) == 0:
-        host, port = os.environ[ADDRESS_ENV].rsplit(":", 1)
-        conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ[AUTH_ENV]))
-    result = run_trial(config, rank_report(conn), key or None)
-    if conn is not None:
-        conn.send(("result", result))
-        conn.close()
-    if result.status is Status.FAILED:
-        print(result.error, file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))

@@ -189,6 +189,7 @@ def train_step(
     A probe sees the unscaled, unclipped gradients and the update."""
     micro, count = trial.recipe.train.micro_batches(trial.ranks.world)
     share, stepper = trial.ranks.share(batch), trial.stepper or trial.model
+    losses = []
     for index in range(count):
         piece = tuple(t[index * micro : (index + 1) * micro] for t in share) if count > 1 else share
         with synced(stepper, index == count - 1):
@@ -196,7 +197,7 @@ def train_step(
                 loss = trial.loss(stepper, piece)
             loss = loss / count if count > 1 else loss
             scaler.scale(loss).backward()
-        total = loss.detach() if index == 0 else total + loss.detach()
+        losses.append(loss.detach())
     scaler.unscale_(trial.optimizer)
     if probe is not None:
         probe.before_step()
@@ -208,7 +209,7 @@ def train_step(
         probe.after_step()
     trial.optimizer.zero_grad(set_to_none=True)
     trial.scheduler.step()
-    return trial.ranks.mean(total)
+    return trial.ranks.mean(losses[0] if count == 1 else torch.stack(losses).sum())
 
 
 def check_divergence(loss: float, initial: float, factor: float, step: int) -> None:

@@ -125,8 +125,7 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
                     seed=seed,
                     plugins=suite.plugins,
                     threads=suite.resources.threads,
-                    ranks=suite.resources.ranks,
-                )
+                ).over(suite.resources.ranks)
                 identity = {"suite": suite.suite, "method": method, "model": model, "task": task}
                 key = trial_key(identity, recipe, fingerprints[task])
                 trials.append(

@@ -208,7 +208,6 @@ class TrialRecipe:
         seed: int,
         plugins: Iterable[str] = (),
         threads: int = DEFAULT_THREADS,
-        ranks: int = 1,
     ) -> TrialRecipe:
         """The recipe of resolved `settings` (precision, `train.compile` and the optimizer's
         per-device values already resolved: `resolved_settings`) for a model and a task."""
@@ -222,7 +221,6 @@ class TrialRecipe:
             precision=RUN_PRECISION.validate_python(settings.precision),
             device=settings.device,
             threads=threads,
-            ranks=ranks,
             seed=seed,
             plugins=tuple(plugins),
             time_limit_s=settings.time_limit_s,
@@ -243,8 +241,7 @@ class TrialRecipe:
             seed=config["seed"],
             plugins=config.get("plugins", ()),
             threads=config.get("threads", DEFAULT_THREADS),
-            ranks=config.get("ranks", 1),
-        )
+        ).over(config.get("ranks", 1))
 
     @cached_property
     def config(self) -> dict[str, Any]:
@@ -282,6 +279,10 @@ class TrialRecipe:
     def model_norm(self) -> ModelNorm:
         """The norm settings the model is built with, its parameters validated (`model_norm`)."""
         return model_norm(self.norm)
+
+    def over(self, ranks: int) -> TrialRecipe:
+        """This recipe run over `ranks` processes (the suite's `resources`)."""
+        return self if ranks == self.ranks else replace(self, ranks=ranks)
 
     def on_worker(self) -> TrialRecipe:
         """The recipe a cluster worker runs: `cuda:N` read as `cuda`, since the scheduler shows
