@@ -15,6 +15,9 @@ from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from tests.factories import invoke, write_suite
+from tests.test_finetune import finetune_suite, pretrained_dir_fixture, problems
+
+__all__ = ["pretrained_dir_fixture"]  # the fixture, shared with tests/test_finetune.py
 
 STEPS, INTERRUPT_AT = 20, 11
 TIMING = {"tokens_per_s"}  # wall-clock figures, never identical between two runs
@@ -126,3 +129,13 @@ def test_a_batch_that_does_not_split_over_the_ranks_is_refused_before_running(
     assert ran.exit_code == 2
     assert "`batch_size` 8 does not split over the trial's 3 ranks" in ran.output
     assert "Traceback" not in ran.output
+
+
+def test_a_pretrained_model_over_several_ranks_is_refused_naming_its_line(
+    tmp_path: Path, pretrained_dir: Path
+) -> None:
+    suite = finetune_suite(tmp_path, pretrained_dir)
+    suite.write_text(suite.read_text() + "resources: {tasks: 2}\n")
+    message = problems(suite)
+    assert "models.tiny.type" in message
+    assert "model 'tiny' is pretrained, which runs in one process" in message
