@@ -298,9 +298,10 @@ def collect(
 
 
 def job_result(job: Any) -> TrialResult:
-    """The trial's result, or `failed` with submitit's error when the job itself failed."""
+    """The trial's result (its rank 0's, the job's first task, when it has several), or
+    `failed` with submitit's error when the job itself failed."""
     try:
-        result: TrialResult = job.result()
+        result: TrialResult = job.results()[0]
         return result
     except Exception as error:  # submitit's FailedJobError carries the job's traceback
         return TrialResult(Status.FAILED, error=f"slurm job {job.job_id}: {error}")
