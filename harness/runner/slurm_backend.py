@@ -149,7 +149,7 @@ class SlurmTrial:
 
     def __call__(self, config: dict[str, Any]) -> TrialResult:
         """One task's run: a rank of the trial when the job has several (rank 0's result is
-        the job's: submitit's `job.result()`)."""
+        the job's: submitit's `job.results()[0]`)."""
         from harness.runner.distributed import export_slurm_ranks  # torch: in the job only
 
         export_slurm_ranks()
