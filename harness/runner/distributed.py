@@ -18,12 +18,13 @@ own contiguous slice (`Ranks.share`), so the global batch is the single process'
 gradients are averaged by DDP's all-reduce (FSDP's reduce-scatter), so the update is the
 single process's full-batch update. The loss each step reports is the mean over ranks. Every
 rank evaluates and computes the diagnostics on the whole model (DDP: its full replica, whose
-gradients are the all-reduced ones; FSDP: collectives on the sharded parameters), so they are
-those of the full model, not of one rank's shard or batch; rank 0 alone reports, returns the
-result the runner stores (and MLflow tracks) and writes checkpoints, which every rank restores
-(`harness.runner.checkpoint`; FSDP gathers the full state into rank 0 to write it through
-`torch.distributed.checkpoint.state_dict`, and broadcasts it back when it resumes). A stop
-(time limit, divergence) is agreed by all ranks (`Ranks.any`), so none is left waiting.
+gradients are the all-reduced ones; FSDP: the sharded weights gathered), so they are those of
+the full model, not of one rank's shard or batch; rank 0 alone reports, returns the result the
+runner stores (and MLflow tracks) and writes checkpoints, which every rank restores
+(`harness.runner.checkpoint`; FSDP gathers the full state for rank 0 to write, and reshards it
+when it resumes: `torch.distributed.checkpoint.state_dict.set_model_state_dict`, the optimizer
+state by its parameters' placements). A stop (time limit, divergence) is agreed by all ranks
+(`Ranks.any`), so none is left waiting.
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ def export_slurm_ranks() -> None:
     if int(os.environ.get("SLURM_NTASKS", "1")) > 1 and not in_rank():
         from submitit.helpers import TorchDistributedEnvironment
 
-        TorchDistributedEnvironment().export()
+        TorchDistributedEnvironment().export(set_cuda_visible_devices=False)  # cuda:LOCAL_RANK
         if int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) == 1:
             os.environ["MASTER_ADDR"] = "127.0.0.1"  # one node: its Slurm name may not resolve
 
