@@ -29,6 +29,15 @@ from torch import Tensor, nn
 
 from harness.records import LayerStat
 
+
+def whole(tensor: Tensor) -> Tensor:
+    """A tensor in full: an FSDP-sharded parameter (a DTensor) gathered from every rank (a
+    collective: every rank calls it), any other tensor as it is."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
 NEIGHBOURS = 16
 """Tokens in each token's neighbourhood when fitting its tokenwise map."""
 MAX_TOKENS = 512
@@ -95,9 +104,9 @@ def cosine_distance(current: Sequence[Tensor], initial: Sequence[Tensor]) -> flo
 
 
 def kernels(layer: nn.Module) -> list[Tensor]:
-    """The weight matrices of a layer (parameters of two or more dimensions): what layer
-    rotation measures."""
-    return [p for p in layer.parameters() if p.ndim >= 2]
+    """The weight matrices of a layer (parameters of two or more dimensions), whole where they
+    are sharded: what layer rotation measures."""
+    return [whole(p) for p in layer.parameters() if p.ndim >= 2]
 
 
 def spectral_norm(matrix: Tensor, start: Tensor) -> tuple[float, Tensor]:
@@ -160,6 +169,8 @@ class WeightTracker:
             stats.append(LayerStat(step, index, "layer_rotation", rotation))
             for name, p in layer.named_parameters():
                 if p.ndim == 2:
-                    value, self.vectors[index, name] = spectral_norm(p, self.vectors[index, name])
+                    value, self.vectors[index, name] = spectral_norm(
+                        whole(p), self.vectors[index, name]
+                    )
                     stats.append(LayerStat(step, index, f"spectral_norm/{name}", value))
         return stats

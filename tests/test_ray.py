@@ -244,6 +244,8 @@ def test_trial_resources_follow_the_device_unless_the_suite_sets_them() -> None:
     assert trial_resources("auto", unset, cluster_gpus=0) == (1.0, 0.0)
     assert trial_resources("auto", unset, cluster_gpus=2) == (1.0, 1.0)
     assert trial_resources("cuda", ResourcesSpec(cpus=8, gpus=0.5), 4) == (8.0, 0.5)
+    assert trial_resources("cpu", ResourcesSpec(tasks=2), 0) == (2.0, 0.0)  # one CPU a rank
+    assert trial_resources("cuda", ResourcesSpec(cpus=4, tasks=2), 4) == (8.0, 2.0)
 
 
 def test_a_ray_the_backend_starts_runs_its_trials_at_normal_priority(

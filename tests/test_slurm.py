@@ -417,6 +417,14 @@ def test_job_resources_and_time_limit_follow_the_suite() -> None:
         "gpus_per_node": 1,
         "mem": "1536M",
     }
+    two_ranks = ResourcesSpec(nodes=1, tasks=2)
+    assert job_resources("cpu", two_ranks) == {
+        "cpus_per_task": 1,
+        "nodes": 1,
+        "ntasks_per_node": 2,
+    }
+    four_gpus = job_resources("cuda", ResourcesSpec(gpus=4, nodes=2))
+    assert four_gpus == {"cpus_per_task": 1, "gpus_per_node": 4, "nodes": 2, "ntasks_per_node": 4}
     assert slurm_time(1) == "0:01:00"
     assert slurm_time(900 + 60) == "0:16:00"
     assert slurm_time(2 * 3600 + 1) == "2:01:00"
@@ -467,3 +475,20 @@ def test_a_requeued_job_resumes_its_trial_from_its_checkpoint(
         patch.setenv("LAYERBENCH_CHECKPOINTS", str(tmp_path / "local-checkpoints"))
         assert invoke("run", str(suite), "--db", local, "--no-mlflow").exit_code == 0
     assert final_metrics(db) == final_metrics(local)
+
+
+def test_a_trial_of_two_cpu_ranks_runs_as_one_job_of_two_tasks_and_stores_one_result(
+    slurm: Cluster, tmp_path: Path
+) -> None:
+    suite = suite_file(tmp_path, "pre-ln: {}", seeds="[0]")
+    suite.write_text(suite.read_text() + "resources: {nodes: 1, tasks: 2}\n")
+    db = f"sqlite:///{tmp_path / 'ranks.db'}"
+    ran = invoke("run", str(suite), "--db", db, "--no-mlflow", "--backend", "slurm")
+    assert ran.exit_code == 0, ran.output
+    (trial,) = trials_by_key(db).values()
+    assert trial.status == "done" and trial.environment["ranks"] == 2, trial.error
+    (job,) = [p for p in (tmp_path / "jobs").iterdir() if p.is_dir()]  # one job, two ranks
+    assert sorted(p.name for p in job.glob("*_result.pkl")) == [
+        f"{job.name}_0_result.pkl",
+        f"{job.name}_1_result.pkl",
+    ]

@@ -44,6 +44,7 @@ from torch import nn
 from harness.diagnostics_geometry import WeightTracker
 from harness.records import LayerStat, SeriesPoint, TrialResult
 from harness.runner.checkpoint_paths import CHECKPOINTS_ENV, trial_folder
+from harness.runner.distributed import gathered, load_sharded_model, sharded, sharded_like
 from harness.spec.sections import CheckpointSpec
 
 DEFAULT_AFTER_S = 300.0
@@ -136,18 +137,24 @@ class Checkpoints:
         """The checkpoint files, newest first."""
         return sorted(self.folder.glob("step-*.pt"), reverse=True)
 
-    def save(self, step: int, training: Training) -> None:
-        """Write the state after `step` atomically, then keep only the newest `keep` files."""
+    def save(self, step: int, training: Training, write: bool = True) -> None:
+        """Write the state after `step` atomically, then keep only the newest `keep` files.
+        Every rank of a trial over several calls it (a sharded model's state is gathered);
+        rank 0 alone writes (`write`)."""
+        snapshot = self.snapshot(step, training)
+        if not write:
+            return
         payload = io.BytesIO()
-        torch.save(self.snapshot(step, training), payload)
+        torch.save(snapshot, payload)
         write_atomic(self.folder / f"step-{step:08d}.pt", payload.getvalue())
         for old in self.files()[self.keep :]:
             old.unlink(missing_ok=True)
         self.last_saved = time.monotonic()
 
     def snapshot(self, step: int, training: Training) -> dict[str, Any]:
+        """The state to save, an FSDP-sharded model's and optimizer's gathered in full."""
         result, clock = training.result, training.clock
-        return {
+        state = {
             "format": FORMAT,
             "key": self.key,
             "versions": self.versions,
@@ -168,6 +175,7 @@ class Checkpoints:
             "clock": {"train_s": clock.train_s, "eval_s": clock.eval_s, "wall_s": wall(clock)},
             "weights": training.weights.state_dict() if training.weights else None,
         }
+        return gathered(state) if sharded(training.model) else state
 
     def newest(self) -> dict[str, Any] | None:
         """The newest valid checkpoint of this trial; corrupt or foreign ones are skipped and
@@ -394,9 +402,13 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def restore(state: dict[str, Any], training: Training) -> None:
     """Put a checkpoint's state back into a freshly built trial."""
-    training.model.load_state_dict(state["model"])
+    shards = sharded(training.model)
+    if shards:
+        load_sharded_model(training.model, state["model"])
+    else:
+        training.model.load_state_dict(state["model"])
     for part, saved in zip(parts(training.optimizer), state["optimizers"], strict=True):
-        load_optimizer_state(part, saved)
+        load_optimizer_state(part, sharded_like(saved, part) if shards else saved)
     owners = hook_owners(training.optimizer)
     for owner, saved in zip(owners, state["wrappers"], strict=True):
         load_hook_state(owner, saved)

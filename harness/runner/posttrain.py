@@ -8,6 +8,7 @@ original numbering) and `bits` (each block's weight bits after quantization).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -15,8 +16,27 @@ from torch import Tensor, nn
 
 from harness.records import LayerStat
 from harness.spec.recipe import TrialRecipe
+from harness.tasks.base import Task
 
 Loss = Callable[[nn.Module], float]
+
+
+def train_calibration(task: Task, recipe: TrialRecipe, device: torch.device) -> list[Tensor]:
+    """Calibration batches for pruning and quantization: training windows of a fixed stream."""
+    samples = recipe.prune.calibration_samples if recipe.prune else 32
+    batch_size = recipe.train.batch_size
+    batches = task.train_batches(batch_size, torch.Generator().manual_seed(0))
+    return [next(batches)[0].to(device) for _ in range(math.ceil(samples / batch_size))]
+
+
+def validation(task: Task, recipe: TrialRecipe) -> Loss:
+    """The task's validation loss of a candidate model (greedy pruning's objective)."""
+    train = recipe.train
+
+    def loss(model: nn.Module) -> float:
+        return task.evaluate(model, train.batch_size, train.eval_batches, False)["val_loss"]
+
+    return loss
 
 
 def parameter_bytes(model: nn.Module) -> int:

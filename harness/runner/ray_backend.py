@@ -23,6 +23,7 @@ from harness.core import Status
 from harness.records import PlannedTrial, TrialResult
 from harness.runner.backend import (
     TIMEOUT_ERROR,
+    BackendOptionError,
     BackendOptions,
     BackendUnavailableError,
     Executor,
@@ -89,11 +90,14 @@ def connect(ray: Any, address: str | None) -> None:
 def trial_resources(
     device: str, resources: ResourcesSpec, cluster_gpus: float
 ) -> tuple[float, float]:
-    """(CPUs, GPUs) for one trial: the suite's `resources:` if set, else from its device."""
+    """(CPUs, GPUs) for one trial: the suite's `resources:` if set, else from its device; a
+    trial of several ranks (one node's: `ray_backend`) asks for `cpus` for each, and for one GPU
+    each unless `gpus` says how many."""
     wants_gpu = device.startswith("cuda") or (device == "auto" and cluster_gpus > 0)
     cpus = resources.cpus if resources.cpus is not None else 1.0
-    gpus = resources.gpus if resources.gpus is not None else float(wants_gpu)
-    return cpus, gpus
+    ranks = resources.tasks_per_node
+    gpus = resources.gpus if resources.gpus is not None else float(wants_gpu) * ranks
+    return cpus * ranks, gpus
 
 
 def ray_trial(trial: PlannedTrial, starts: Queue) -> TrialResult:
@@ -108,7 +112,14 @@ def ray_trial(trial: PlannedTrial, starts: Queue) -> TrialResult:
 
 def ray_backend(suite: Suite, options: BackendOptions) -> Executor:
     """The `ray` entry of `harness.registry.BACKENDS`: the suite's trials on the Ray cluster at
-    `--ray-address`, with the suite's resources per trial."""
+    `--ray-address`, with the suite's resources per trial. A trial of several ranks runs them
+    on one node, under torch's elastic launcher in its Ray task (`harness.runner.distributed`);
+    one over several nodes (`resources.nodes`) is refused: that is Slurm's (docs/deploy.md)."""
+    if suite.resources.nodes > 1:
+        raise BackendOptionError(
+            f"`resources.nodes: {suite.resources.nodes}` needs `--backend slurm`: the Ray "
+            "backend runs a trial's ranks on one node (set `nodes: 1`)"
+        )
     return ray_executor(options.ray_address, suite.resources, options.ray_retries)
 
 

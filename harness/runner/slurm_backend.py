@@ -92,12 +92,17 @@ def slurm_time(seconds: float) -> str:
 
 
 def job_resources(device: str, resources: ResourcesSpec) -> dict[str, Any]:
-    """sbatch options for one trial: whole CPUs and GPUs (1 GPU when its device is CUDA)."""
+    """sbatch options for one trial: whole CPUs per rank and GPUs per node (one per rank on
+    the node when its device is CUDA); a trial of several ranks is one job of `nodes` nodes
+    and `tasks` tasks on each (`harness.runner.distributed`)."""
     cpus = math.ceil(resources.cpus) if resources.cpus is not None else 1
+    cuda = device.startswith("cuda")
     gpus = (
-        math.ceil(resources.gpus) if resources.gpus is not None else int(device.startswith("cuda"))
+        math.ceil(resources.gpus) if resources.gpus is not None else cuda * resources.tasks_per_node
     )
     options: dict[str, Any] = {"cpus_per_task": cpus}
+    if resources.ranks > 1:
+        options |= {"nodes": resources.nodes, "ntasks_per_node": resources.tasks_per_node}
     if gpus:
         options["gpus_per_node"] = gpus
     if resources.memory_gb is not None:
@@ -143,6 +148,11 @@ class SlurmTrial:
     key: str
 
     def __call__(self, config: dict[str, Any]) -> TrialResult:
+        """One task's run: a rank of the trial when the job has several (rank 0's result is
+        the job's: submitit's `job.results()[0]`)."""
+        from harness.runner.distributed import export_slurm_ranks  # torch: in the job only
+
+        export_slurm_ranks()
         return run_in_worker(config, self.key)
 
     def checkpoint(self, config: dict[str, Any]) -> Any:
@@ -288,9 +298,10 @@ def collect(
 
 
 def job_result(job: Any) -> TrialResult:
-    """The trial's result, or `failed` with submitit's error when the job itself failed."""
+    """The trial's result (its rank 0's, the job's first task, when it has several), or
+    `failed` with submitit's error when the job itself failed."""
     try:
-        result: TrialResult = job.result()
+        result: TrialResult = job.results()[0]
         return result
     except Exception as error:  # submitit's FailedJobError carries the job's traceback
         return TrialResult(Status.FAILED, error=f"slurm job {job.job_id}: {error}")

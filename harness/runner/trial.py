@@ -38,8 +38,9 @@ from harness.runner.checkpoint import (
 )
 from harness.runner.cost import trial_cost
 from harness.runner.devices import DeviceUnavailableError, environment, resolve_device
+from harness.runner.distributed import SINGLE, Ranks, in_rank, join, launch, synced, wrap
 from harness.runner.finetune import finetune_summary, finetuning_subjects, trainable_params
-from harness.runner.posttrain import compress
+from harness.runner.posttrain import compress, train_calibration, validation
 from harness.runner.process import die_with_parent, quiet_libraries
 from harness.runner.warm import prebuilt_task, train_task
 from harness.spec.plan import trial_versions
@@ -106,6 +107,9 @@ class BuiltTrial:
     """The training loss: the task's, compiled if `train.compile` (evaluation stays eager)."""
     tracker: WeightTracker | None = None
     """The blocks' initial weights and spectral-norm vectors, when diagnostics are on."""
+    ranks: Ranks = SINGLE
+    stepper: nn.Module | None = None
+    """The module the training step runs when it is not `model`: DDP around it."""
 
 
 def prepare(config: Mapping[str, Any]) -> TrialRecipe:
@@ -118,11 +122,14 @@ def prepare(config: Mapping[str, Any]) -> TrialRecipe:
 
 def build(recipe: TrialRecipe) -> BuiltTrial:
     """The task, model, optimizer and schedule of a training trial."""
-    device = resolve_device(recipe.device)
+    ranks, device = join(recipe, resolve_device(recipe.device))
     model_entry, task_entry = recipe.trained_entries()
     task = prebuilt_task(recipe.task) or train_task(task_entry, recipe.task)
     model = model_entry.obj(recipe.model, recipe.model_norm, task.vocab_size).to(device)
-    return assemble(recipe, task, model, device)
+    stepper = wrap(model, recipe.train.parallel, ranks)  # FSDP shards before the optimizer
+    trial = assemble(recipe, task, model, device)
+    trial.ranks, trial.stepper = ranks, stepper
+    return trial
 
 
 def assemble(recipe: TrialRecipe, task: Task, model: nn.Module, device: torch.device) -> BuiltTrial:
@@ -149,11 +156,21 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
 def train_step(
     trial: BuiltTrial, batch: Batch, scaler: torch.amp.GradScaler, probe: StepProbe | None = None
 ) -> float:
-    """One optimizer step; returns the loss before the update. A probe sees the unscaled,
-    unclipped gradients and the update."""
-    with autocast(trial.device, trial.recipe.precision):
-        loss = trial.loss(trial.model, batch)
-    scaler.scale(loss).backward()
+    """One optimizer step on this rank's share of the global `batch`, in micro-batches
+    (`train.micro_batch_size`) whose losses are scaled by their share, so that the summed
+    gradients are the full batch's; returns the loss before the update (the mean over ranks).
+    A probe sees the unscaled, unclipped gradients and the update."""
+    micro, count = trial.recipe.train.micro_batches(trial.ranks.world)
+    share, stepper = trial.ranks.share(batch), trial.stepper or trial.model
+    losses = []
+    for index in range(count):
+        piece = tuple(t[index * micro : (index + 1) * micro] for t in share) if count > 1 else share
+        with synced(stepper, index == count - 1):
+            with autocast(trial.device, trial.recipe.precision):
+                loss = trial.loss(stepper, piece)
+            loss = loss / count if count > 1 else loss
+            scaler.scale(loss).backward()
+        losses.append(loss.detach())
     scaler.unscale_(trial.optimizer)
     if probe is not None:
         probe.before_step()
@@ -165,7 +182,7 @@ def train_step(
         probe.after_step()
     trial.optimizer.zero_grad(set_to_none=True)
     trial.scheduler.step()
-    return loss.item()
+    return trial.ranks.mean(losses[0] if count == 1 else torch.stack(losses).sum())
 
 
 def check_divergence(loss: float, initial: float, factor: float, step: int) -> None:
@@ -223,7 +240,7 @@ def train(
     result.steps_done = first - 1
     batches: Iterator[Batch] = trial.task.train_batches(train_cfg.batch_size, generator)
     for step in range(first, train_cfg.steps + 1):
-        if clock.wall_s > trial.recipe.time_limit_s:
+        if trial.ranks.any(clock.wall_s > trial.recipe.time_limit_s):
             raise Stop(Status.TIMEOUT, step - 1, f"time limit {trial.recipe.time_limit_s:g} s")
         batch = to_device(next(batches), trial.device)
         evaluating = step % train_cfg.eval_every == 0 or step == train_cfg.steps
@@ -237,7 +254,7 @@ def train(
         check_divergence(loss, loop.initial, train_cfg.divergence_factor, step)
         loop.window.append(loss)
         if step % train_cfg.log_every == 0 or step == train_cfg.steps:
-            if checkpoints:
+            if checkpoints and trial.ranks.lead:
                 checkpoints.mark(step)
             report(step, train_cfg.steps, loss)
         if probe is not None:
@@ -252,9 +269,9 @@ def train(
         if (
             checkpoints
             and step < train_cfg.steps
-            and checkpoints.due(step, evaluating, clock.wall_s)
+            and trial.ranks.any(checkpoints.due(step, evaluating, clock.wall_s))
         ):
-            checkpoints.save(step, state)
+            checkpoints.save(step, state, trial.ranks.lead)
 
 
 def run_trial(
@@ -271,6 +288,8 @@ def run_trial(
     report = report or (lambda step, total, loss: None)
     try:
         recipe = prepare(config)
+        if recipe.ranks > 1 and not in_rank():
+            return launch(config, recipe.ranks, report, key)
         with intra_op_threads(recipe.threads):
             if recipe.kind is TrialKind.FINETUNE:
                 result.final = finetune(recipe, result, clock, report)
@@ -306,6 +325,8 @@ def train_and_evaluate(
     checkpoints = open_checkpoints(key, trial_versions(recipe), recipe.train.checkpoint)
     trial = build(recipe)
     result.environment = environment(trial.device, recipe)
+    if trial.ranks.world > 1:
+        result.environment |= {"ranks": trial.ranks.world, "parallel": recipe.train.parallel}
     train(trial, result, clock, report, checkpoints)
     cost = training_cost(trial, result, clock)
     compressed: dict[str, float] = {}
@@ -314,9 +335,9 @@ def train_and_evaluate(
         trial.model, compressed, layers = compress(
             trial.model,
             recipe,
-            train_calibration(trial),
+            train_calibration(trial.task, trial.recipe, trial.device),
             result.steps_done,
-            validation(trial),
+            validation(trial.task, trial.recipe),
         )
         result.layer_stats += layers
         clock.eval_s += time.perf_counter() - started
@@ -346,24 +367,6 @@ def finetune(
         **finetune_summary(before, after),
         "trainable_params": trainable_params(trial.model),
     }
-
-
-def train_calibration(trial: BuiltTrial) -> list[torch.Tensor]:
-    """Calibration batches for pruning and quantization: training windows of a fixed stream."""
-    samples = trial.recipe.prune.calibration_samples if trial.recipe.prune else 32
-    batch_size = trial.recipe.train.batch_size
-    batches = trial.task.train_batches(batch_size, torch.Generator().manual_seed(0))
-    return [next(batches)[0].to(trial.device) for _ in range(math.ceil(samples / batch_size))]
-
-
-def validation(trial: BuiltTrial) -> Callable[[nn.Module], float]:
-    """The task's validation loss of a candidate model (greedy pruning's objective)."""
-    train = trial.recipe.train
-
-    def loss(model: nn.Module) -> float:
-        return trial.task.evaluate(model, train.batch_size, train.eval_batches, False)["val_loss"]
-
-    return loss
 
 
 def evaluate_pretrained(recipe: TrialRecipe, result: TrialResult, clock: Clock) -> dict[str, float]:

@@ -21,6 +21,7 @@ from harness.registry import (
     QUANTIZERS,
     SCHEDULES,
     TASKS,
+    PretrainedModelEntry,
 )
 from harness.spec.constraints import (
     BlockShape,
@@ -82,11 +83,28 @@ def check_suite(suite: Suite, locator: Locator) -> Iterator[Problem]:
     yield from check_model_fit(suite, locator)
     yield from check_model_overrides(suite, locator)
     yield from check_context_fit(suite, locator)
+    yield from check_ranks(suite, locator)
     for name in suite.methods:
         yield from check_method(suite, name, locator)
     yield from check_rank(suite, locator)
     for index in range(len(suite.expect)):
         yield from check_claim(suite, index, locator)
+
+
+def check_ranks(suite: Suite, locator: Locator) -> Iterator[Problem]:
+    """A trial over several ranks trains a model built here: a pretrained one runs in one
+    process (`harness.runner.distributed`)."""
+    if suite.resources.ranks == 1:
+        return
+    for name, section in suite.models.items():
+        kind = str(section.get("type"))
+        if kind in MODELS and isinstance(MODELS.entry(kind), PretrainedModelEntry):
+            yield locator.problem(
+                ("models", name, "type"),
+                f"model '{name}' is pretrained, which runs in one process, but `resources` asks "
+                f"for {suite.resources.ranks} ranks a trial; set `resources.tasks: 1` (and "
+                "`nodes: 1`) or train a built model",
+            )
 
 
 def check_rank(suite: Suite, locator: Locator) -> Iterator[Problem]:
@@ -214,6 +232,12 @@ def check_method(suite: Suite, name: str, locator: Locator) -> Iterator[Problem]
         )
         if problems:
             yield from problems
+            return
+        try:
+            settings.train.micro_batches(suite.resources.ranks)
+        except ValueError as error:
+            field = "micro_batch_size" if settings.train.micro_batch_size else "batch_size"
+            yield locator.problem(origin(suite, name, ("train", field), locator), str(error))
             return
 
 

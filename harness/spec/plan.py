@@ -135,7 +135,7 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
                     seed=seed,
                     plugins=suite.plugins,
                     threads=suite.resources.threads,
-                )
+                ).over(suite.resources.ranks)
                 identity = {"suite": suite.suite, "method": method, "model": model, "task": task}
                 key = trial_key(identity, recipe, fingerprints[task])
                 trials.append(

@@ -11,9 +11,10 @@ A recipe serialises to the trial's config (`TrialRecipe.config`), the JSON that 
 the trial and hashed into its key, and parses back from it once in the trial process
 (`load_recipe`) or from a stored row (`stored_recipe`). The config is the one written before the
 recipe existed, key for key and in the same order, with its quirks kept so that every stored
-trial keeps its key: `threads` only when not `DEFAULT_THREADS`, `train.compile` only when the
-trial compiles, the optimizer's per-device fields as resolved, the model section with a method's
-`model` fields applied.
+trial keeps its key: `threads` only when not `DEFAULT_THREADS`, `ranks` only when more than
+one, `train.compile` only when the trial compiles, `train.micro_batch_size` only when set,
+`train.parallel` only for several ranks, the optimizer's per-device fields as resolved, the
+model section with a method's `model` fields applied.
 """
 
 from __future__ import annotations
@@ -178,6 +179,9 @@ class TrialRecipe:
     """As the suite says (`auto`, `cpu`, `cuda`, `cuda:N`); the trial process picks the device."""
     threads: int
     """The trial's intra-op torch threads (the suite's `resources.cpus`), on every backend."""
+    ranks: int = 1
+    """Its processes (torch.distributed world size: the suite's `resources`), which train one
+    model together as `train.parallel` says (`harness.runner.distributed`)."""
     seed: int
     plugins: tuple[str, ...]
     time_limit_s: float
@@ -237,17 +241,17 @@ class TrialRecipe:
             seed=config["seed"],
             plugins=config.get("plugins", ()),
             threads=config.get("threads", DEFAULT_THREADS),
-        )
+        ).over(config.get("ranks", 1))
 
     @cached_property
     def config(self) -> dict[str, Any]:
         """The trial's config: the JSON stored with the trial and hashed into its key (see the
         module docstring for what it keeps as it always was)."""
         sections = {name: dumped(getattr(self, name)) for name in SETTINGS}
-        unset = {"checkpoint"} if self.train.checkpoint is None else set()
-        train = self.train.model_dump(mode="json", exclude={"compile", *unset})
+        train = self.train.model_dump(mode="json", exclude={"compile", *self.unset_train()})
         sections["train"] = {**train, "compile": True} if self.compile else train
         threads = {} if self.threads == DEFAULT_THREADS else {"threads": self.threads}
+        ranks = {"ranks": self.ranks} if self.ranks > 1 else {}
         return {
             **sections,
             "model": dumped(self.model),
@@ -255,7 +259,16 @@ class TrialRecipe:
             "seed": self.seed,
             "plugins": list(self.plugins),
             **threads,
+            **ranks,
         }
+
+    def unset_train(self) -> set[str]:
+        """The `train` fields left out of the config, so trials without them keep their keys:
+        `checkpoint` and `micro_batch_size` when unset, `parallel` for a single process."""
+        unset = {
+            name for name in ("checkpoint", "micro_batch_size") if getattr(self.train, name) is None
+        }
+        return unset | ({"parallel"} if self.ranks == 1 else set())
 
     @property
     def compile(self) -> bool:
@@ -266,6 +279,10 @@ class TrialRecipe:
     def model_norm(self) -> ModelNorm:
         """The norm settings the model is built with, its parameters validated (`model_norm`)."""
         return model_norm(self.norm)
+
+    def over(self, ranks: int) -> TrialRecipe:
+        """This recipe run over `ranks` processes (the suite's `resources`)."""
+        return self if ranks == self.ranks else replace(self, ranks=ranks)
 
     def on_worker(self) -> TrialRecipe:
         """The recipe a cluster worker runs: `cuda:N` read as `cuda`, since the scheduler shows

@@ -162,12 +162,35 @@ class ResourcesSpec(StrictModel):
     memory_gb: PositiveFloat | None = Field(
         None, description="Memory per trial (GB); unset: the cluster's default."
     )
+    tasks: PositiveInt | None = Field(
+        None,
+        description="Processes (torch.distributed ranks) of each trial per node, which train "
+        "one model together as `train.parallel` says: one per GPU on CUDA (NCCL), gloo ranks on "
+        "the CPU. Unset: `gpus` when it is 2 or more, else 1.",
+    )
+    nodes: PositiveInt = Field(
+        1,
+        description="Nodes each trial spans (Slurm `--nodes`), `tasks` ranks on each; the "
+        "local backend starts all the ranks on its own machine.",
+    )
 
     @property
     def threads(self) -> int:
         """A trial's intra-op torch threads: the whole CPUs in `cpus` (Ray may give a fraction
         of one), at least 1; 1 when unset."""
         return max(1, math.floor(self.cpus)) if self.cpus is not None else DEFAULT_THREADS
+
+    @property
+    def tasks_per_node(self) -> int:
+        """A trial's ranks on each node: `tasks`, else one per whole GPU (at least 1)."""
+        if self.tasks is not None:
+            return self.tasks
+        return max(1, math.floor(self.gpus)) if self.gpus is not None else 1
+
+    @property
+    def ranks(self) -> int:
+        """A trial's processes in all (its torch.distributed world size)."""
+        return self.nodes * self.tasks_per_node
 
 
 class SlurmSpec(StrictModel):

@@ -118,7 +118,25 @@ class TrainSpec(StrictModel):
     """The training loop's budget and schedule."""
 
     steps: PositiveInt = Field(400, description="Optimizer steps of the training run.")
-    batch_size: PositiveInt = Field(32, description="Sequences (examples) per step.")
+    batch_size: PositiveInt = Field(
+        32,
+        description="Sequences (examples) per optimizer step, over all ranks and micro-batches "
+        "(the global batch).",
+    )
+    micro_batch_size: PositiveInt | None = Field(
+        None,
+        description="Gradient accumulation: sequences per forward and backward on each rank; "
+        "the gradients of `batch_size / (ranks x micro_batch_size)` micro-batches are summed, "
+        "each loss scaled by its share, so the step equals the full batch's. None: each rank's "
+        "whole share at once. Left out of the config when unset.",
+    )
+    parallel: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="How a trial over several ranks (`resources.tasks`, `gpus`, `nodes`) shares "
+        "its model: `ddp` (a replica per rank, gradients all-reduced: DistributedDataParallel) "
+        "or `fsdp` (parameters, gradients and optimizer state sharded: FSDP2 `fully_shard`). "
+        "In the config only when the trial has more than one rank.",
+    )
     warmup_steps: NonNegativeInt = Field(
         0, description="Steps of linear learning-rate warmup from zero."
     )
@@ -160,6 +178,23 @@ class TrainSpec(StrictModel):
         description="Checkpointing inside the trial (every, keep, keep_final); unset: at each "
         "evaluation once the trial has run five minutes. Left out of the config when unset.",
     )
+
+    def micro_batches(self, ranks: int = 1) -> tuple[int, int]:
+        """(sequences per micro-batch, micro-batches per step) on each of `ranks` ranks; a
+        ValueError names the field when `batch_size` does not split so."""
+        if self.batch_size % ranks:
+            raise ValueError(
+                f"`batch_size` {self.batch_size} does not split over the trial's {ranks} ranks; "
+                f"make it a multiple of {ranks}"
+            )
+        share = self.batch_size // ranks
+        micro = self.micro_batch_size or share
+        if share % micro:
+            raise ValueError(
+                f"`micro_batch_size` {micro} does not divide the {share} sequences each rank "
+                f"takes of `batch_size` {self.batch_size}; make it a divisor of {share}"
+            )
+        return micro, share // micro
 
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
