@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from harness.records import PlannedTrial, TrialResult
+from harness.runner.catalog import MEASURED_METRICS
 from harness.runner.checkpoint_paths import CHECKPOINTS_ENV, trial_folder
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
@@ -20,9 +21,6 @@ from tests.test_finetune import finetune_suite, pretrained_dir_fixture, problems
 __all__ = ["pretrained_dir_fixture"]  # the fixture, shared with tests/test_finetune.py
 
 STEPS, INTERRUPT_AT = 20, 11
-TIMING = {"tokens_per_s"}  # wall-clock figures, never identical between two runs
-
-
 def trial_of(tmp_path: Path, train: str = "", resources: str = "") -> PlannedTrial:
     """The tiny suite's seed-0 trial in fp32 on the CPU, global batch 16, a loss each step."""
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -53,7 +51,7 @@ def relative_gap(one: list[float], other: list[float]) -> float:
 
 def comparable(result: TrialResult) -> tuple[Any, ...]:
     series = [(p.step, p.tokens, p.metrics) for p in result.series]
-    final = {k: v for k, v in result.final.items() if k not in TIMING}
+    final = {k: v for k, v in result.final.items() if k not in MEASURED_METRICS}
     return series, final, result.layer_stats, result.steps_done, result.tokens
 
 
@@ -96,7 +94,9 @@ def run_killed_and_resumed(trial: PlannedTrial) -> TrialResult:
     ]
     resumed = run_trial(trial.config, key=trial.key)
     assert resumed.status == "done", resumed.error
-    assert (resumed.resumes, resumed.recomputed_steps) == (1, INTERRUPT_AT - 8)
+    # The ranks run ahead of the trial process that reads their progress: by the time it stops
+    # them at step 11 they may have finished a step or more, at most the checkpoint interval.
+    assert resumed.resumes == 1 and INTERRUPT_AT - 8 <= resumed.recomputed_steps <= 4
     return resumed
 
 
