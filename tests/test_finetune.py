@@ -19,7 +19,7 @@ from harness.spec import SuiteError, load_suite
 from harness.spec.plan import plan_suite
 from harness.spec.recipe import TrialKind
 from harness.spec.sections import OptimizerSpec
-from tests.factories import byte_bpe_tokenizer, tiny_llama
+from tests.factories import byte_bpe_tokenizer, tiny_gpt, tiny_llama, write_suite
 
 N_LAYERS = 4
 TEXT = "To be, or not to be, that is the question. Whether 'tis nobler in the mind to suffer."
@@ -107,6 +107,30 @@ def test_lora_trains_only_the_adapters_through_peft() -> None:
     assert not changed(before, base)  # the pretrained weights never move
     assert changed(adapters_before, adapters)
     assert set(map(id, optimizer.state)) <= set(map(id, adapters))
+
+
+def test_lora_adapts_the_built_in_gpt_by_module_name(tmp_path: Path) -> None:
+    """peft knows no architecture for the built-in gpt: LoRA's default is the paper's W_q and
+    W_v there, and `all-linear` every Linear of the blocks (not the head, as peft would)."""
+    from harness.methods.layerwise import lora_targets
+
+    gpt = tiny_gpt()
+    assert lora_targets(gpt, None) == ["q_proj", "v_proj"]
+    every = lora_targets(gpt, "all-linear")
+    assert "lm_head" not in every and len(every) == 2 * 7  # q k v o, gate up down per block
+    optimizer = optimizer_of(gpt, {"name": "lora", "r": 2, "alpha": 4})
+    adapted = {name.rsplit(".", 3)[0] for name, _ in gpt.named_parameters() if "lora_" in name}
+    assert adapted == {f"blocks.{i}.attn.{m}" for i in (0, 1) for m in ("q_proj", "v_proj")}
+    assert set(map(id, optimizer.param_groups[-1]["params"])) == {
+        id(p) for name, p in gpt.named_parameters() if "lora_" in name
+    }
+    with pytest.raises(ValueError, match="lora: Sequential has no q_proj and v_proj modules"):
+        lora_targets(nn.Sequential(nn.Linear(2, 2)), None)
+    method = "pre-ln: {optimizer: {lr: 0.03, layerwise: {name: lora, r: 2}}}"
+    (trial, *_) = plan_suite(load_suite(write_suite(tmp_path, method, steps=4, eval_every=2)))
+    result = run_trial(trial.config)  # a gpt trained from scratch: random weights, adapters
+    assert result.status == "done", result.error
+    assert result.final["val_loss"] < result.series[0].metrics["val_loss"]
 
 
 def test_freezing_by_role_leaves_the_named_roles_and_blocks_untouched() -> None:

@@ -150,7 +150,8 @@ class LoraParams(ParamsModel):
     target_modules: list[str] | Literal["all-linear"] | None = Field(
         None,
         description="The Linear modules (by name) given adapters; all-linear: every Linear but "
-        "the head; None: peft's default for the architecture (q_proj and v_proj for Llama).",
+        "the head; None: peft's default for a transformers architecture (q_proj and v_proj for "
+        "Llama), the LoRA paper's q_proj and v_proj for the built-in gpt.",
     )
 
 
