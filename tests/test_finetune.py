@@ -252,21 +252,23 @@ def test_the_model_tokenizer_is_refused_for_an_untrained_model(tmp_path: Path) -
     assert "tokenizer 'model' is a pretrained model's own; 'tiny' is an untrained 'gpt'" in message
 
 
-def test_compressing_a_fine_tuned_model_or_a_non_lm_task_is_refused(
+def test_a_non_lm_task_or_a_train_only_evaluate_is_refused(
     tmp_path: Path, pretrained_dir: Path
 ) -> None:
     suite = finetune_suite(tmp_path, pretrained_dir)
     text = suite.read_text().replace(
-        "  full: {}", "  full: {}\n  pruned: {prune: {criterion: last_n, n: 1}}"
+        "  full: {}", "  full: {}\n  scored: {evaluate: sums}\n  nowhere: {evaluate: missing}"
     )
     suite.write_text(
         text.replace("  text:", "  sums: {type: synthetic, kind: modular-addition}\n  text:")
     )
     message = problems(suite)
-    assert "methods.pruned.prune" in message
-    assert "`prune` after fine-tuning pretrained model 'tiny' is not built" in message
     assert "tasks.sums.type" in message
     assert "is fine-tuned on an `lm` task (in its own tokenizer)" in message
+    assert "`evaluate` names task 'sums' of type 'synthetic'; name a task of type lm-eval" in (
+        message
+    )
+    assert "`evaluate` names 'missing', which is not a task of this suite" in message
 
 
 def test_a_dataset_in_other_tokens_is_refused_before_fine_tuning() -> None:

@@ -11,6 +11,7 @@ so it composes with any optimizer, Muon's Composite included. "Layers" are the m
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
@@ -250,6 +251,22 @@ def lora(
     return optimizer
 
 
+def merge_adapters(model: nn.Module) -> nn.Module:
+    """`model` with each peft adapter merged into the weight it adapts and its layer replaced
+    by the merged base layer (peft's `merge_and_unload`, for a model adapted in place by
+    `inject_adapter_in_model`); a model without adapters as it is."""
+    if "peft" not in sys.modules:  # no adapter was injected in this process
+        return model
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    for name, module in list(model.named_modules()):
+        if isinstance(module, BaseTunerLayer):
+            module.merge()
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, module.get_base_layer())
+    return model
+
+
 LORA_PAPER_TARGETS = ("q_proj", "v_proj")
 """The LoRA paper's adapted matrices, W_q and W_v (Hu et al., 2022, section 7.1), by the names
 the built-in `gpt` and the Llama family give them."""
@@ -270,8 +287,7 @@ def lora_targets(model: nn.Module, targets: list[str] | str | None) -> list[str]
         defaults = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type)
         if defaults is None:
             raise ValueError(
-                f"lora: peft has no default target modules for '{model_type}'; "
-                "set `target_modules`"
+                f"lora: peft has no default target modules for '{model_type}'; set `target_modules`"
             )
         return sorted(defaults)
     if targets is None:

@@ -13,7 +13,6 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +38,9 @@ from harness.runner.checkpoint import (
     Training,
     open_checkpoints,
 )
+from harness.runner.devices import autocast, resolve_device
 from harness.runner.finetune import finetune_summary, finetuning_subjects, trainable_params
-from harness.runner.posttrain import compress
+from harness.runner.posttrain import compress, task_calibration, task_validation
 from harness.runner.process import die_with_parent, quiet_libraries
 from harness.runner.warm import prebuilt_task, train_task
 from harness.spec.plan import trial_versions
@@ -68,22 +68,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device '{name}' was asked for but CUDA is not available here")
-    return torch.device(name)
-
-
-def autocast(device: torch.device, precision: str) -> AbstractContextManager[Any]:
-    """Mixed precision by autocast; fp32 runs as is."""
-    if precision == "fp32":
-        return nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def environment(device: torch.device, recipe: TrialRecipe) -> dict[str, Any]:
@@ -340,9 +324,9 @@ def train_and_evaluate(
         trial.model, compressed, layers = compress(
             trial.model,
             recipe,
-            train_calibration(trial),
+            task_calibration(trial.task, recipe, trial.device),
             result.steps_done,
-            validation(trial),
+            task_validation(trial.task, recipe),
         )
         result.layer_stats += layers
         clock.eval_s += time.perf_counter() - started
@@ -357,37 +341,30 @@ def finetune(
     recipe: TrialRecipe, result: TrialResult, clock: Clock, report: Report
 ) -> dict[str, float]:
     """Fine-tune a pretrained model as a model trained from scratch is trained (the method's
-    optimizer, schedule and layerwise treatment), its task evaluated before and after."""
+    optimizer, schedule and layerwise treatment), its task (and `evaluate` lm-eval task)
+    evaluated before and after; its `prune` comes first (fine-tuning heals the pruned model),
+    its `quantize` last (on the fine-tuned model): `harness.runner.finetune`."""
     device = resolve_device(recipe.device)
     result.environment = environment(device, recipe)
-    trial = assemble(recipe, *finetuning_subjects(recipe, device), device)
-    before = evaluate(trial, clock, final=True)
+    tuning = finetuning_subjects(recipe, device)
+    before = tuning.measure(tuning.model)
+    pruned, result.layer_stats = tuning.prune()
+    trial = assemble(recipe, tuning.task, tuning.model, device)
     train(trial, result, clock, report)
-    after = evaluate(trial, clock, final=True)
+    trainable = trainable_params(trial.model)
+    trial.model, quantized, bits = tuning.quantize(trial.model, result.steps_done)
+    after = tuning.measure(trial.model)
+    result.layer_stats += bits
+    result.examples = after.examples
+    clock.eval_s += tuning.seconds
     return {
-        **after,
+        **after.metrics,
         **efficiency(trial, result, clock),
-        **finetune_summary(before, after),
-        "trainable_params": trainable_params(trial.model),
+        **finetune_summary(before.metrics, after.metrics),
+        **pruned,
+        **quantized,
+        "trainable_params": trainable,
     }
-
-
-def train_calibration(trial: BuiltTrial) -> list[torch.Tensor]:
-    """Calibration batches for pruning and quantization: training windows of a fixed stream."""
-    samples = trial.recipe.prune.calibration_samples if trial.recipe.prune else 32
-    batch_size = trial.recipe.train.batch_size
-    batches = trial.task.train_batches(batch_size, torch.Generator().manual_seed(0))
-    return [next(batches)[0].to(trial.device) for _ in range(math.ceil(samples / batch_size))]
-
-
-def validation(trial: BuiltTrial) -> Callable[[nn.Module], float]:
-    """The task's validation loss of a candidate model (greedy pruning's objective)."""
-    train = trial.recipe.train
-
-    def loss(model: nn.Module) -> float:
-        return trial.task.evaluate(model, train.batch_size, train.eval_batches, False)["val_loss"]
-
-    return loss
 
 
 def evaluate_pretrained(recipe: TrialRecipe, result: TrialResult, clock: Clock) -> dict[str, float]:
