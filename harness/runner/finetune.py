@@ -91,8 +91,9 @@ class FineTuning:
         self, model: nn.Module, step: int
     ) -> tuple[nn.Module, dict[str, float], list[LayerStat]]:
         """Quantize the fine-tuned model (the method's `quantize`; LoRA's adapters merged into
-        the weights they adapt first), on calibration windows of the task."""
-        if self.recipe.quantize is None:
+        the weights they adapt first), on calibration windows of the task; a pruned model's
+        bits and bytes as stored, as a compress trial reports them."""
+        if self.recipe.quantize is None and self.recipe.prune is None:
             return model, {}, []
         from harness.methods.layerwise import merge_adapters
 
