@@ -309,7 +309,9 @@ def test_pruning_then_healing_then_quantizing_compose_in_one_trial(
         """\
   full: {}
   heal: {prune: {criterion: last_n, n: 2}}
-  lora-int4: {optimizer: {lr: 1.0e-2, layerwise: {name: lora, r: 4}}, quantize: {scheme: rtn, bits: 4}}
+  lora-int4:
+    optimizer: {lr: 1.0e-2, layerwise: {name: lora, r: 4}}
+    quantize: {scheme: rtn, bits: 4}
 """,
     )
     full, heal, quantized = (results[m] for m in ("full", "heal", "lora-int4"))
