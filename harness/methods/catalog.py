@@ -155,6 +155,23 @@ class LoraParams(ParamsModel):
     )
 
 
+class RemoveNormsParams(ParamsModel):
+    start: NonNegativeInt = Field(
+        20, description="The step at which the first block's second norm is removed."
+    )
+    gap_mlp: NonNegativeInt = Field(
+        2, description="Steps between two blocks' second norms (ln_2) removed; 0: all at once."
+    )
+    gap_qk: NonNegativeInt = Field(
+        2, description="Steps between two blocks' first norms removed on the query/key path."
+    )
+    gap_v: NonNegativeInt = Field(
+        3,
+        description="Steps between two blocks' first norms removed on the value path (and "
+        "from the last of them to the final norm).",
+    )
+
+
 FreezeRole = Literal["embeddings", "head", "norms", "blocks"]
 
 
@@ -254,6 +271,9 @@ LAYERWISE.declare("lora", "harness.methods.layerwise:lora", params=LoraParams)
 LAYERWISE.declare("freeze", "harness.methods.layerwise:freeze", params=FreezeParams)
 LAYERWISE.declare("drop", "harness.methods.layerwise:drop", params=DropParams)
 LAYERWISE.declare("wd_scale", "harness.methods.layerwise:wd_scale", params=WdScaleParams)
+LAYERWISE.declare(
+    "remove_norms", "harness.methods.norm_removal:remove_norms", params=RemoveNormsParams
+)
 
 # pruning.py
 PRUNING.declare("block_influence", "harness.methods.pruning:block_influence")
