@@ -348,7 +348,8 @@ def finetune(
     result.environment = environment(device, recipe)
     tuning = finetuning_subjects(recipe, device)
     before = tuning.measure(tuning.model)
-    pruned, result.layer_stats = tuning.prune()
+    pruned, removed = tuning.prune()
+    result.layer_stats += removed
     trial = assemble(recipe, tuning.task, tuning.model, device)
     train(trial, result, clock, report)
     trainable = trainable_params(trial.model)
