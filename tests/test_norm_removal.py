@@ -12,10 +12,15 @@ import torch
 from torch import nn
 
 from harness.methods.catalog import RemoveNormsParams
-from harness.methods.norm_removal import FrozenScaleNorm, llama_norms, removal_schedule
+from harness.methods.norm_removal import (
+    FrozenScaleNorm,
+    llama_norms,
+    model_norms,
+    removal_schedule,
+)
 from harness.methods.optimizers import make_optimizer
 from harness.spec.sections import OptimizerSpec
-from tests.factories import tiny_llama
+from tests.factories import tiny_gpt, tiny_llama
 
 N_LAYERS = 3
 
@@ -115,7 +120,9 @@ def test_fine_tuning_removes_every_norm_on_the_schedule() -> None:
             assert [n.removed for n in norms].count(True) == 1
     assert all(n.removed for n in norms)
     assert all(n.value_removed for n in norms if n.value_path)
-    with pytest.raises(ValueError, match="remove_norms: Sequential is not a transformers Llama"):
+    with pytest.raises(
+        ValueError, match="remove_norms: Sequential is neither a transformers Llama"
+    ):
         llama_norms(nn.Sequential(nn.Linear(2, 2)))
 
 
@@ -136,3 +143,45 @@ def test_a_fine_tuning_trial_removes_the_norms(tmp_path: Path) -> None:
     (result,) = run_methods(suite, f"  full: {{optimizer: {{layerwise: {layerwise}}}}}\n").values()
     assert result.steps_done == 6 and result.status == "done"
     assert result.final["before_val_loss"] > result.final["val_loss"]  # a random model learns
+
+
+def test_a_pre_ln_gpt_with_layernorm_loses_its_norms_as_gpt_2_does() -> None:
+    """GPT-2's setting: Pre-LN LayerNorms (centring kept) before attention, MLP and the head."""
+    from harness.spec.sections import NormSpec
+
+    model = tiny_gpt(NormSpec(placement="pre", type="layernorm")).eval()
+    tokens = torch.randint(0, 37, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(input_ids=tokens).logits
+        first, second, final = model_norms(model)
+        assert torch.equal(model(input_ids=tokens).logits, before)
+        assert final is not None and all(n.centred for n in [*first, *second, final])
+        for norm in [*first, *second, final]:
+            norm.removed = norm.value_removed = True
+        removed = model(input_ids=tokens).logits
+    assert torch.isfinite(removed).all() and not torch.allclose(removed, before)
+    with pytest.raises(ValueError, match="a gpt must place its norms as GPT-2 does"):
+        model_norms(tiny_gpt(NormSpec(placement="post")))
+
+
+def test_a_resumed_schedule_has_the_norms_removed_that_it_had_removed() -> None:
+    from harness.methods.norm_removal import NormRemover
+
+    params = RemoveNormsParams(start=1, gap_mlp=1, gap_qk=1, gap_v=1)
+    model = tiny_llama(300, N_LAYERS)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    norms = model_norms(model)
+    remover = NormRemover(optimizer, removal_schedule(*norms, params))
+    for _ in range(6):
+        optimizer.step()
+    state = remover.state_dict()
+    fresh = tiny_llama(300, N_LAYERS)  # a resumed trial builds its model and wrapper again
+    again = model_norms(fresh)
+    schedule = removal_schedule(*again, params)
+    restored = NormRemover(torch.optim.SGD(fresh.parameters(), lr=0.0), schedule)
+    restored.load_state_dict(state)
+    flags = [[(n.removed, n.value_removed) for n in group] for group in norms[:2]]
+    assert flags == [[(n.removed, n.value_removed) for n in group] for group in again[:2]]
+    assert restored.step == 6 and sum(n.removed for n in norms[1]) == N_LAYERS
+    # mid-schedule (step 6): the query/key paths' norms gone (steps 4-6), the values' not yet
+    assert all(n.removed and not n.value_removed for n in norms[0])

@@ -32,7 +32,10 @@ end-of-text (`eot`) treatments are left out, as their default run leaves them of
 (`bos_special_treatment` False, so both steps change nothing); their optional auxiliary loss
 (`aux_loss_weight`, 0 in the standard schedule) is not built. Supported: the transformers Llama
 family (`model.layers[i].input_layernorm` and `post_attention_layernorm`, `model.norm`, the
-values from `self_attn.v_proj`), with LayerNorm or RMSNorm modules.
+values from `self_attn.v_proj`), with LayerNorm or RMSNorm modules, and the built-in `gpt` with
+GPT-2's placement (`norm.placement: pre`, its `norm1`, `norm2` and `final_norm`, the values from
+`attn.v_proj`) and `norm.type` layernorm (GPT-2's own norm, so the paper's setting exactly) or
+rmsnorm, trained from scratch or fine-tuned.
 """
 
 from __future__ import annotations
@@ -116,16 +119,27 @@ class ValueInput(nn.Module):
         return out
 
 
-def llama_norms(
-    model: nn.Module,
-) -> tuple[list[FrozenScaleNorm], list[FrozenScaleNorm], FrozenScaleNorm]:
+Norms = tuple[list[FrozenScaleNorm], list[FrozenScaleNorm], FrozenScaleNorm | None]
+"""A model's wrapped norms: each block's first (before attention) and second (before the MLP)
+norm, and the final norm (None where the model has none)."""
+
+
+def model_norms(model: nn.Module) -> Norms:
+    """Wrap the norms of a Llama-family model or of a Pre-LN built-in `gpt`, in place."""
+    if isinstance(getattr(model, "blocks", None), nn.ModuleList):
+        return gpt_norms(model)
+    return llama_norms(model)
+
+
+def llama_norms(model: nn.Module) -> Norms:
     """Wrap a Llama-family model's norms in place: (first norms, second norms, final norm)."""
     base: Any = getattr(model, "model", None)
     layers = getattr(base, "layers", None)
     if not isinstance(layers, nn.ModuleList) or not hasattr(base, "norm"):
         raise ValueError(
-            f"remove_norms: {type(model).__name__} is not a transformers Llama-family model "
-            "(model.layers with input_layernorm and post_attention_layernorm, model.norm)"
+            f"remove_norms: {type(model).__name__} is neither a transformers Llama-family model "
+            "(model.layers with input_layernorm and post_attention_layernorm, model.norm) nor a "
+            "Pre-LN gpt"
         )
     first, second = [], []
     for layer in layers:
@@ -141,13 +155,40 @@ def llama_norms(
     return first, second, final
 
 
+def gpt_norms(model: nn.Module) -> Norms:
+    """Wrap a built-in `gpt`'s norms in place; it must place them as GPT-2 does (`pre`) and be
+    LayerNorms or RMSNorms (QK-norms, inside attention, are no norm of the paper's and stay)."""
+    from harness.methods.placement import PreNorm
+
+    gpt: Any = model
+    first, second = [], []
+    for block in gpt.blocks:
+        placement = block.placement
+        norms = (placement.norm1, placement.norm2) if isinstance(placement, PreNorm) else ()
+        if not all(isinstance(n, nn.LayerNorm | nn.RMSNorm) for n in norms) or not norms:
+            raise ValueError(
+                "remove_norms: a gpt must place its norms as GPT-2 does (`norm.placement: pre`) "
+                "with `norm.type` layernorm or rmsnorm"
+            )
+        placement.norm1 = FrozenScaleNorm(placement.norm1, value_path=True)
+        block.attn.v_proj = ValueInput(block.attn.v_proj, placement.norm1)
+        placement.norm2 = FrozenScaleNorm(placement.norm2)
+        first.append(placement.norm1)
+        second.append(placement.norm2)
+    final = None
+    if isinstance(gpt.final_norm, nn.LayerNorm | nn.RMSNorm):
+        final = FrozenScaleNorm(gpt.final_norm)
+        gpt.final_norm = final
+    return first, second, final
+
+
 Removal = Callable[[], None]
 
 
 def removal_schedule(
     first: list[FrozenScaleNorm],
     second: list[FrozenScaleNorm],
-    final: FrozenScaleNorm,
+    final: FrozenScaleNorm | None,
     params: RemoveNormsParams,
 ) -> dict[int, list[Removal]]:
     """What is removed at each global step (0 the first step), the authors' `LNRemover`s (a gap
@@ -164,7 +205,8 @@ def removal_schedule(
         at(params.start + i * params.gap_mlp, partial(setattr, second[i], "removed", True))
         at(start_qk + i * params.gap_qk, partial(setattr, first[i], "removed", True))
         at(start_v + i * params.gap_v, partial(setattr, first[i], "value_removed", True))
-    at(start_v + blocks * params.gap_v, partial(setattr, final, "removed", True))
+    if final is not None:
+        at(start_v + blocks * params.gap_v, partial(setattr, final, "removed", True))
     return schedule
 
 
@@ -187,6 +229,18 @@ class NormRemover:
         self.step += 1
         self.apply()
 
+    def state_dict(self) -> dict[str, int]:
+        """What a checkpoint keeps (`harness.runner.checkpoint`): the global step reached."""
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume at the saved step: every removal scheduled up to it applied again (the frozen
+        scales come back with the model's buffers)."""
+        self.step = state["step"]
+        for step, removals in self.schedule.items():
+            for removal in removals if step <= self.step else ():
+                removal()
+
 
 def remove_norms(
     optimizer: torch.optim.Optimizer, model: nn.Module, spec: LayerwiseSpec
@@ -194,6 +248,6 @@ def remove_norms(
     """Remove the model's norms one by one during fine-tuning, on the authors' schedule (see the
     module docstring). The optimizer and every parameter are as without it."""
     params = method_params(spec, RemoveNormsParams)
-    first, second, final = llama_norms(model)
+    first, second, final = model_norms(model)
     NormRemover(optimizer, removal_schedule(first, second, final, params))
     return optimizer
