@@ -19,7 +19,12 @@ from collections.abc import Callable
 import torch
 
 from harness.diagnostics import StepProbe, hidden_profile, hidden_states
-from harness.diagnostics_geometry import WeightTracker, representation_stats
+from harness.diagnostics_geometry import (
+    WeightTracker,
+    feature_norm_stats,
+    mlp_features,
+    representation_stats,
+)
 from harness.methods.layers import blocks
 from harness.runner.trial import Clock, build, evaluate, prepare, train_step
 from harness.spec.recipe import resolved_settings
@@ -48,7 +53,7 @@ def main(repeats: int) -> None:
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     batches = trial.task.train_batches(16, torch.Generator().manual_seed(0))
     tracker = trial.tracker or WeightTracker(blocks(trial.model))
-    plain, probed, probe_own, hidden, geometry, weights = [], [], [], [], [], []
+    plain, probed, probe_own, hidden, geometry, weights, norms = [], [], [], [], [], [], []
     for _ in range(repeats):
         batch = next(batches)
         plain.append(seconds(train_step, trial, batch, scaler))
@@ -56,13 +61,15 @@ def main(repeats: int) -> None:
         probed.append(seconds(train_step, trial, batch, scaler, probe))
         probe_own.append(probe.seconds)
         started = time.perf_counter()
-        states = hidden_states(trial.model, trial.probe_inputs)
+        with mlp_features(trial.model) as features:  # as a trial collects them
+            states = hidden_states(trial.model, trial.probe_inputs)
         hidden_profile(states, 0)
         hidden.append(time.perf_counter() - started)
         geometry.append(seconds(representation_stats, states, 0))
         weights.append(seconds(tracker.stats, 0))
+        norms.append(seconds(feature_norm_stats, features, 0))
     step = statistics.median(plain)
-    parts = [statistics.median(t) for t in (probe_own, hidden, geometry, weights)]
+    parts = [statistics.median(t) for t in (probe_own, hidden, geometry, weights, norms)]
     per_eval = sum(parts)
     one_eval = seconds(evaluate, trial, Clock(), False)
     print(
@@ -71,12 +78,13 @@ def main(repeats: int) -> None:
     print(
         f"probe {1e3 * parts[0]:.1f} ms + hidden-state statistics {1e3 * parts[1]:.1f} ms + "
         f"effective rank and tokenwise share {1e3 * parts[2]:.1f} ms + layer rotation and "
-        f"spectral norms {1e3 * parts[3]:.1f} ms = {1e3 * per_eval:.0f} ms per evaluation "
+        f"spectral norms {1e3 * parts[3]:.1f} ms + feature norms {1e3 * parts[4]:.2f} ms = "
+        f"{1e3 * per_eval:.0f} ms per evaluation "
         f"(an evaluation itself: {1e3 * one_eval:.0f} ms)"
     )
     for eval_every in (25, 50, 100):
         print(f"eval_every={eval_every}: {100 * per_eval / (eval_every * step):.2f}% of train time")
-        geometric = parts[2] + parts[3]
+        geometric = parts[2] + parts[3] + parts[4]
         print(f"  of which the geometric diagnostics: {100 * geometric / (eval_every * step):.2f}%")
 
 

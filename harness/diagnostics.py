@@ -10,7 +10,8 @@ Per layer l (the l-th block of the model, from 0):
 Per model, in the row of the layer where it occurs: `peak_activation`, the largest |h_l| over all
 block outputs, with its token position (`peak_position`) and channel (`peak_channel`).
 With them, the seed's geometric diagnostics of `harness.diagnostics_geometry` (effective rank,
-tokenwise share of the update; layer rotation and spectral norms by its `WeightTracker`).
+tokenwise share of the update, feature norm and negative-aware norm of the MLP features; layer
+rotation and spectral norms by its `WeightTracker`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.diagnostics_geometry import representation_stats
+from harness.diagnostics_geometry import feature_norm_stats, mlp_features, representation_stats
 from harness.records import LayerStat
 from harness.tasks.base import Task
 
@@ -107,9 +108,12 @@ def hidden_states(model: nn.Module, input_ids: Tensor) -> tuple[Tensor, ...]:
 
 
 def hidden_state_stats(model: nn.Module, input_ids: Tensor, step: int) -> list[LayerStat]:
-    """`hidden_profile` and `representation_stats` of the model's hidden states."""
-    hidden = hidden_states(model, input_ids)
-    return hidden_profile(hidden, step) + representation_stats(hidden, step)
+    """`hidden_profile` and `representation_stats` of the model's hidden states, and the
+    feature norms of its MLP hidden features (`feature_norm_stats`)."""
+    with mlp_features(model) as features:
+        hidden = hidden_states(model, input_ids)
+    stats = hidden_profile(hidden, step) + representation_stats(hidden, step)
+    return stats + feature_norm_stats(features, step)
 
 
 def hidden_profile(hidden: Sequence[Tensor], step: int) -> list[LayerStat]:

@@ -11,15 +11,22 @@ Weights (per block l, needing the weights' history across a run, `WeightTracker`
 - `spectral_norm/<matrix>`: the largest singular value of each weight matrix of the block, by
   power iteration warm-started from the previous evaluation's vectors.
 
-The seed's feature-norm score (the negative-aware norm, NAN, of "Understanding the Feature Norm
-for Out-of-Distribution Detection") is not recorded: its abstract defines it only for a
-classifier's hidden features told apart in- from out-of-distribution, and neither it nor code
-found from it pins down the formula, so a guess would not be the paper's score.
+Hidden features (per block l, on the probe batch, `mlp_features`: the input of the block's MLP
+down projection, its hidden layer after the activation, one vector a per token):
+- `feature_norm`: ||a||_1, and `negative_aware_norm`: ||a||_1 / ||a||_0 with ||a||_0 the number
+  of positive units, each the mean over tokens (Park, Chai, Yoon and Teoh 2023, "Understanding
+  the Feature Norm for Out-of-Distribution Detection", ICCV, arXiv:2310.05316, Eq. 9-10: the
+  feature norm is the confidence of a classifier hidden in the layer; NAN adds the deactivated
+  units). The paper scores the last hidden layer of image classifiers with ReLU (a >= 0); here
+  every block's MLP of a language model is scored per token, and with GELU, SiLU or SwiGLU the
+  features are signed: ||a||_1 sums their magnitudes and ||a||_0 counts the units above 0, as
+  Eq. 9 writes it (d minus the units at or below 0).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from itertools import pairwise
 from typing import Any
 
@@ -27,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.methods.layers import blocks, sublayer
 from harness.records import LayerStat
 
 
@@ -92,6 +100,50 @@ def representation_stats(hidden: Sequence[Tensor], step: int) -> list[LayerStat]
         stats += [
             LayerStat(step, layer, "effective_rank", effective_rank(y)),
             LayerStat(step, layer, "tokenwise_share", tokenwise_share(x, y)),
+        ]
+    return stats
+
+
+def negative_aware_norm(features: Tensor) -> float:
+    """Park et al. 2023's NAN, ||a||_1 / ||a||_0 (Eq. 10), averaged over the rows of `features`
+    (one feature vector a per row); a row without a positive unit counts ||a||_0 as 1."""
+    active = (features > 0).sum(-1).clamp(min=1)
+    return float((features.abs().sum(-1) / active).mean())
+
+
+@contextmanager
+def mlp_features(model: nn.Module) -> Iterator[dict[int, Tensor]]:
+    """Collects, during the forward passes inside it, each block's MLP hidden features (the
+    input of its `down_proj`) by block index, tokens as rows; nothing for a model of no known
+    layout or a block whose MLP has no down projection (a pruned sublayer)."""
+    features: dict[int, Tensor] = {}
+    try:
+        count = len(blocks(model))
+    except TypeError:
+        count = 0
+    handles = []
+    for index in range(count):
+        down = getattr(sublayer(model, index, "mlp"), "down_proj", None)
+        if isinstance(down, nn.Module):
+
+            def keep(_: nn.Module, args: tuple[Any, ...], index: int = index) -> None:
+                features[index] = args[0].detach().float().flatten(0, -2)
+
+            handles.append(down.register_forward_pre_hook(keep))
+    try:
+        yield features
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def feature_norm_stats(features: dict[int, Tensor], step: int) -> list[LayerStat]:
+    """`feature_norm` and `negative_aware_norm` of each block's MLP hidden features."""
+    stats = []
+    for layer, a in sorted(features.items()):
+        stats += [
+            LayerStat(step, layer, "feature_norm", float(a.abs().sum(-1).mean())),
+            LayerStat(step, layer, "negative_aware_norm", negative_aware_norm(a)),
         ]
     return stats
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.diagnostics import hidden_profile
-from harness.diagnostics_geometry import representation_stats
+from harness.diagnostics_geometry import feature_norm_stats, mlp_features, representation_stats
 from harness.methods.layers import blocks
 from harness.records import LayerStat
 from harness.tasks.base import EvalTask
@@ -93,8 +93,10 @@ def attention_sink_stats(attentions: Sequence[Tensor], step: int) -> list[LayerS
 
 
 def pretrained_layer_stats(model: nn.Module, input_ids: Tensor, step: int = 0) -> list[LayerStat]:
-    """Hidden RMS, massive activations, block influence, effective rank, tokenwise share and
-    attention-sink mass of `model` on the probe batch."""
-    hidden, attentions = forward_with_attention(model, input_ids)
+    """Hidden RMS, massive activations, block influence, effective rank, tokenwise share,
+    feature norms and attention-sink mass of `model` on the probe batch."""
+    with mlp_features(model) as features:
+        hidden, attentions = forward_with_attention(model, input_ids)
     stats = hidden_profile(hidden, step) + representation_stats(hidden, step)
+    stats += feature_norm_stats(features, step)
     return stats + (attention_sink_stats(attentions, step) if attentions else [])

@@ -115,6 +115,8 @@ def test_pretrained_llama_records_every_layer_statistic() -> None:
         assert {s.layer for s in stats if s.name == name} == {0, 1, 2}
     assert {"peak_activation", "peak_position", "peak_channel", "effective_rank"} <= names
     assert {"attention_sink/head_0", "attention_sink/head_1", "tokenwise_share"} <= names
+    for name in ("feature_norm", "negative_aware_norm"):
+        assert {s.layer for s in stats if s.name == name} == {0, 1, 2}
     assert model.config._attn_implementation == implementation  # restored
     sinks = [s.value for s in stats if s.name == "attention_sink"]
     assert all(0.0 < value < 1.0 and math.isfinite(value) for value in sinks)
@@ -157,3 +159,40 @@ def test_smollm2_has_massive_activations_on_the_first_token_and_attention_sinks(
     peak = {s.name: s.value for s in stats if s.name.startswith("peak_")}
     assert peak["peak_position"] == 0.0 and peak["peak_activation"] > 1000  # massive, first token
     assert max(by_name["attention_sink", layer] for layer in range(30)) > 0.3
+
+
+def test_the_negative_aware_norm_divides_the_l1_norm_by_the_active_units() -> None:
+    """Park et al. 2023, Eq. 9-10: ||a||_1 / ||a||_0, ||a||_0 = d - |{i: a_i <= 0}|."""
+    from harness.diagnostics_geometry import feature_norm_stats, negative_aware_norm
+
+    a = torch.tensor([[3.0, -1.0, 0.0, 2.0], [0.5, 0.5, 0.5, 0.5]])
+    assert negative_aware_norm(a[:1]) == pytest.approx(6.0 / 2)
+    assert negative_aware_norm(a) == pytest.approx((3.0 + 0.5) / 2)
+    relu = torch.relu(torch.randn(64, 32, generator=torch.Generator().manual_seed(0)))
+    mean_active = (relu.sum(-1) / (relu > 0).sum(-1)).mean()  # the mean active unit
+    assert negative_aware_norm(relu) == pytest.approx(float(mean_active))
+    stats = {(s.layer, s.name): s.value for s in feature_norm_stats({1: a}, 0)}
+    assert stats == {(1, "feature_norm"): pytest.approx(4.0), (1, "negative_aware_norm"): 1.75}
+
+
+def test_feature_norms_are_those_of_each_blocks_mlp_hidden_features() -> None:
+    from harness.diagnostics import hidden_state_stats
+    from harness.methods.layers import blocks
+    from tests.factories import tiny_gpt
+
+    model = tiny_gpt().eval()
+    seen: dict[int, torch.Tensor] = {}
+    for index, block in enumerate(blocks(model)):
+        block.mlp.down_proj.register_forward_pre_hook(
+            lambda m, args, index=index: seen.__setitem__(index, args[0].flatten(0, -2))
+        )
+    ids = torch.randint(0, 37, (2, 8), generator=torch.Generator().manual_seed(0))
+    stats = {(s.layer, s.name): s.value for s in hidden_state_stats(model, ids, 0)}
+    for index, a in seen.items():
+        assert stats[index, "feature_norm"] == pytest.approx(float(a.abs().sum(-1).mean()))
+        active = (a > 0).sum(-1).clamp(min=1)
+        nan = float((a.abs().sum(-1) / active).mean())
+        assert stats[index, "negative_aware_norm"] == pytest.approx(nan)
+    assert len(seen) == 2
+    # only the test's own hook is left: the diagnostics removed theirs
+    assert all(len(b.mlp.down_proj._forward_pre_hooks) == 1 for b in blocks(model))

@@ -19,7 +19,7 @@ from harness.spec import SuiteError, load_suite
 from harness.spec.plan import plan_suite
 from harness.spec.recipe import TrialKind
 from harness.spec.sections import OptimizerSpec
-from tests.factories import byte_bpe_tokenizer, tiny_llama
+from tests.factories import byte_bpe_tokenizer, tiny_gpt, tiny_llama, write_suite
 
 N_LAYERS = 4
 TEXT = "To be, or not to be, that is the question. Whether 'tis nobler in the mind to suffer."
@@ -107,6 +107,30 @@ def test_lora_trains_only_the_adapters_through_peft() -> None:
     assert not changed(before, base)  # the pretrained weights never move
     assert changed(adapters_before, adapters)
     assert set(map(id, optimizer.state)) <= set(map(id, adapters))
+
+
+def test_lora_adapts_the_built_in_gpt_by_module_name(tmp_path: Path) -> None:
+    """peft knows no architecture for the built-in gpt: LoRA's default is the paper's W_q and
+    W_v there, and `all-linear` every Linear of the blocks (not the head, as peft would)."""
+    from harness.methods.layerwise import lora_targets
+
+    gpt = tiny_gpt()
+    assert lora_targets(gpt, None) == ["q_proj", "v_proj"]
+    every = lora_targets(gpt, "all-linear")
+    assert "lm_head" not in every and len(every) == 2 * 7  # q k v o, gate up down per block
+    optimizer = optimizer_of(gpt, {"name": "lora", "r": 2, "alpha": 4})
+    adapted = {name.rsplit(".", 3)[0] for name, _ in gpt.named_parameters() if "lora_" in name}
+    assert adapted == {f"blocks.{i}.attn.{m}" for i in (0, 1) for m in ("q_proj", "v_proj")}
+    assert set(map(id, optimizer.param_groups[-1]["params"])) == {
+        id(p) for name, p in gpt.named_parameters() if "lora_" in name
+    }
+    with pytest.raises(ValueError, match="lora: Sequential has no q_proj and v_proj modules"):
+        lora_targets(nn.Sequential(nn.Linear(2, 2)), None)
+    method = "pre-ln: {optimizer: {lr: 0.03, layerwise: {name: lora, r: 2}}}"
+    (trial, *_) = plan_suite(load_suite(write_suite(tmp_path, method, steps=4, eval_every=2)))
+    result = run_trial(trial.config)  # a gpt trained from scratch: random weights, adapters
+    assert result.status == "done", result.error
+    assert result.final["val_loss"] < result.series[0].metrics["val_loss"]
 
 
 def test_freezing_by_role_leaves_the_named_roles_and_blocks_untouched() -> None:
@@ -219,30 +243,36 @@ def test_an_lm_task_in_other_tokens_is_refused_for_a_pretrained_model(
 
 def test_the_model_tokenizer_is_refused_for_an_untrained_model(tmp_path: Path) -> None:
     suite = finetune_suite(tmp_path, tmp_path)
+    text = suite.read_text().replace(
+        f'{{type: pretrained, source: "{tmp_path}"}}', "{type: gpt, n_layers: 2, d_model: 32}"
+    )
+    text = text.replace("  full: {}", "  full: {}\n  scored: {evaluate: choice}")
     suite.write_text(
-        suite.read_text().replace(
-            f'{{type: pretrained, source: "{tmp_path}"}}', "{type: gpt, n_layers: 2, d_model: 32}"
-        )
+        text.replace("  text:", "  choice: {type: lm-eval, task: lb_bigbench_navigate}\n  text:")
     )
     message = problems(suite)
     assert "tokenizer 'model' is a pretrained model's own; 'tiny' is an untrained 'gpt'" in message
+    assert "methods.scored.evaluate" in message
+    assert "method 'scored' also trains untrained model 'tiny'" in message
 
 
-def test_compressing_a_fine_tuned_model_or_a_non_lm_task_is_refused(
+def test_a_non_lm_task_or_a_train_only_evaluate_is_refused(
     tmp_path: Path, pretrained_dir: Path
 ) -> None:
     suite = finetune_suite(tmp_path, pretrained_dir)
     text = suite.read_text().replace(
-        "  full: {}", "  full: {}\n  pruned: {prune: {criterion: last_n, n: 1}}"
+        "  full: {}", "  full: {}\n  scored: {evaluate: sums}\n  nowhere: {evaluate: missing}"
     )
     suite.write_text(
         text.replace("  text:", "  sums: {type: synthetic, kind: modular-addition}\n  text:")
     )
     message = problems(suite)
-    assert "methods.pruned.prune" in message
-    assert "`prune` after fine-tuning pretrained model 'tiny' is not built" in message
     assert "tasks.sums.type" in message
     assert "is fine-tuned on an `lm` task (in its own tokenizer)" in message
+    assert "`evaluate` names task 'sums' of type 'synthetic'; name a task of type lm-eval" in (
+        message
+    )
+    assert "`evaluate` names 'missing', which is not a task of this suite" in message
 
 
 def test_a_dataset_in_other_tokens_is_refused_before_fine_tuning() -> None:
@@ -255,3 +285,126 @@ def test_a_dataset_in_other_tokens_is_refused_before_fine_tuning() -> None:
         ValueError, match="task dataset 'bytes' was not tokenized by the fine-tuned"
     ):
         check_dataset_tokenizer("bytes", ByteTokenizer(), model)
+
+
+def run_methods(suite: Path, methods: str) -> dict[str, Any]:
+    """The results of the suite's trials with `methods` as its methods, by method."""
+    suite.write_text(suite.read_text().replace(METHODS, methods))
+    results = {}
+    for trial in plan_suite(load_suite(suite)):
+        result = run_trial(trial.config)
+        assert result.status == "done", result.error
+        results[trial.method] = result
+    return results
+
+
+def test_pruning_then_healing_then_quantizing_compose_in_one_trial(
+    tmp_path: Path, pretrained_dir: Path, corpus_dir: Path
+) -> None:
+    """prune -> fine-tune (heal) -> quantize -> evaluate: the pruned model's loss is stored
+    before healing lowers it; the quantized model is the fine-tuned one, LoRA merged."""
+    suite = finetune_suite(tmp_path, pretrained_dir, corpus=f"file:{corpus_dir}")
+    results = run_methods(
+        suite,
+        """\
+  full: {}
+  heal: {prune: {criterion: last_n, n: 2}}
+  lora-int4:
+    optimizer: {lr: 1.0e-2, layerwise: {name: lora, r: 4}}
+    quantize: {scheme: rtn, bits: 4}
+""",
+    )
+    full, heal, quantized = (results[m] for m in ("full", "heal", "lora-int4"))
+    assert heal.final["layers_removed"] == 2 and heal.final["layers"] == N_LAYERS - 2
+    removed = {s.layer for s in heal.layer_stats if s.name == "removed"}
+    assert removed == {2, 3}
+    assert heal.final["pruned_val_loss"] != heal.final["before_val_loss"]
+    assert heal.final["val_loss"] < heal.final["pruned_val_loss"]  # fine-tuning heals
+    assert heal.final["params"] < full.final["params"]
+    assert heal.final["effective_bits"] == 32.0  # pruned, stored in fp32
+    # a 16-bit scale per row: rows of 32 weights but down_proj's (64); LoRA merged, no adapter
+    rows_of_32, rows_of_64 = 32 * 32 * 2 + 16 * 32 * 2 + 64 * 32 * 2, 32 * 64
+    expected = (rows_of_32 * (4 + 16 / 32) + rows_of_64 * (4 + 16 / 64)) / (rows_of_32 + rows_of_64)
+    assert quantized.final["effective_bits"] == pytest.approx(expected)
+    bits = {s.layer: s.value for s in quantized.layer_stats if s.name == "bits"}
+    assert bits == dict.fromkeys(range(N_LAYERS), 4.0)
+    assert quantized.final["trainable_params"] < full.final["trainable_params"] / 10
+    assert "effective_bits" not in full.final and "pruned_val_loss" not in full.final
+
+
+def test_lora_adapters_merge_into_the_weights_they_adapt() -> None:
+    from harness.methods.layerwise import merge_adapters
+
+    model = llama()
+    optimizer = optimizer_of(model, {"name": "lora", "r": 4, "alpha": 8})
+    for _ in range(2):
+        step(model, optimizer)
+    ids = torch.randint(0, 300, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        adapted = model(input_ids=ids).logits
+        merged = merge_adapters(model)
+        assert not any("lora_" in name for name, _ in merged.named_parameters())
+        assert torch.allclose(merged(input_ids=ids).logits, adapted, atol=1e-5)
+
+
+MC_TASK = """\
+task: lb_ft_choice
+dataset_path: json
+dataset_kwargs:
+  data_files: {{validation: "{folder}/validation.jsonl", test: "{folder}/test.jsonl"}}
+output_type: multiple_choice
+validation_split: validation
+test_split: test
+doc_to_text: "{{{{input}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{target}}}}"
+metric_list:
+  - {{metric: acc, aggregation: mean, higher_is_better: true}}
+"""
+
+
+@pytest.mark.slow  # lm-eval's import and two runs of it
+def test_an_lm_eval_task_is_evaluated_before_and_after_fine_tuning(
+    tmp_path: Path, pretrained_dir: Path, corpus_dir: Path
+) -> None:
+    import json
+
+    from harness.models.pretrained import PretrainedSpec, load_pretrained
+    from harness.tasks.corpora import ModelTokenizer
+    from harness.tasks.lmeval import LMEvalTask, LMEvalTaskSpec
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for split, n in {"validation": 4, "test": 6}.items():
+        rows = [
+            {"input": f"{TEXT[: 20 + i]}", "choices": [" to be", " not"], "target": i % 2}
+            for i in range(n)
+        ]
+        (tasks / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (tasks / "choice.yaml").write_text(MC_TASK.format(folder=tasks))
+    suite = finetune_suite(tmp_path, pretrained_dir, corpus=f"file:{corpus_dir}")
+    text = suite.read_text().replace(
+        "  text:",
+        f'  choice: {{type: lm-eval, task: lb_ft_choice, include_path: "{tasks}"}}\n  text:',
+    )
+    text = text.replace("  full: {}", "  full: {}\n  scored: {evaluate: choice}")
+    suite.write_text(text + "matrix: [{methods: [full, scored], models: [tiny], tasks: [text]}]\n")
+    trials = {t.method: t for t in plan_suite(load_suite(suite)) if t.method in ("full", "scored")}
+    assert "evaluate" not in trials["full"].config  # a trial without one keeps its key
+    assert trials["scored"].config["evaluate"]["task"] == "lb_ft_choice"
+    assert trials["scored"].key != trials["full"].key
+    result = run_trial(trials["scored"].config)
+    assert result.status == "done", result.error
+    final = result.final
+    assert {"acc", "before_acc", "val_acc", "before_val_acc", "val_loss", "before_val_loss"} <= set(
+        final
+    )
+    assert final["acc:trivial"] == 0.5 and "before_acc:trivial" not in final
+    assert len(result.examples["acc"]) == 6 and len(result.examples["val_acc"]) == 4
+    assert sum(result.examples["acc"].values()) / 6 == pytest.approx(final["acc"])
+    # before fine-tuning: what the evaluate kind's lm-eval task says of the pretrained model
+    loaded = load_pretrained(PretrainedSpec(source=str(pretrained_dir)))
+    spec = LMEvalTaskSpec(task="lb_ft_choice", include_path=str(tasks))
+    direct = LMEvalTask(spec, ModelTokenizer(loaded.tokenizer)).evaluate(loaded.model, 4)
+    assert final["before_acc"] == direct.metrics["acc"]
+    assert final["before_val_acc"] == direct.metrics["val_acc"]

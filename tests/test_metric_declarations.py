@@ -40,12 +40,15 @@ def test_every_metric_of_the_committed_results_is_declared(db: Path) -> None:
 
 
 def test_an_undeclared_stored_metric_warns(caplog: pytest.LogCaptureFixture) -> None:
-    recipe = SimpleNamespace(task_entry=TASKS.entry("lm"))  # all the warning reads
+    recipe = SimpleNamespace(task_entry=TASKS.entry("lm"), evaluation=None)  # all it reads
     trial = PlannedTrial("k", "s", "m", "gpt", "lm", 0, {}, recipe)  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="layerbench"):
         warn_undeclared(trial, TrialResult(Status.DONE, final={"val_loss": 1.0, "mystery": 2.0}))
     assert "mystery" in caplog.text and "val_loss" not in caplog.text
     assert undeclared_metrics("lm", ["val_loss", "train_loss", "mystery"]) == ["mystery"]
+    # a fine-tuning trial's lm-eval task (`evaluate`) declares its metrics, before and after
+    assert undeclared_metrics("lm", ["acc", "before_acc"]) == ["acc"]
+    assert undeclared_metrics("lm", ["acc", "before_acc"], ["lm-eval"]) == []
 
 
 def test_every_metric_has_a_direction_a_description_and_a_unit() -> None:

@@ -150,7 +150,25 @@ class LoraParams(ParamsModel):
     target_modules: list[str] | Literal["all-linear"] | None = Field(
         None,
         description="The Linear modules (by name) given adapters; all-linear: every Linear but "
-        "the head; None: peft's default for the architecture (q_proj and v_proj for Llama).",
+        "the head; None: peft's default for a transformers architecture (q_proj and v_proj for "
+        "Llama), the LoRA paper's q_proj and v_proj for the built-in gpt.",
+    )
+
+
+class RemoveNormsParams(ParamsModel):
+    start: NonNegativeInt = Field(
+        20, description="The step at which the first block's second norm is removed."
+    )
+    gap_mlp: NonNegativeInt = Field(
+        2, description="Steps between two blocks' second norms (ln_2) removed; 0: all at once."
+    )
+    gap_qk: NonNegativeInt = Field(
+        2, description="Steps between two blocks' first norms removed on the query/key path."
+    )
+    gap_v: NonNegativeInt = Field(
+        3,
+        description="Steps between two blocks' first norms removed on the value path (and "
+        "from the last of them to the final norm).",
     )
 
 
@@ -253,6 +271,9 @@ LAYERWISE.declare("lora", "harness.methods.layerwise:lora", params=LoraParams)
 LAYERWISE.declare("freeze", "harness.methods.layerwise:freeze", params=FreezeParams)
 LAYERWISE.declare("drop", "harness.methods.layerwise:drop", params=DropParams)
 LAYERWISE.declare("wd_scale", "harness.methods.layerwise:wd_scale", params=WdScaleParams)
+LAYERWISE.declare(
+    "remove_norms", "harness.methods.norm_removal:remove_norms", params=RemoveNormsParams
+)
 
 # pruning.py
 PRUNING.declare("block_influence", "harness.methods.pruning:block_influence")

@@ -11,6 +11,7 @@ so it composes with any optimizer, Muon's Composite included. "Layers" are the m
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
@@ -228,7 +229,9 @@ def lora(
     peft's `inject_adapter_in_model` adds low-rank adapters to the target Linear layers of the
     model in place and leaves only them trainable; the adapters join the optimizer in a group
     with its first group's settings, and the frozen pretrained weights get no gradient, so the
-    optimizer never updates them (nor keeps state for them).
+    optimizer never updates them (nor keeps state for them). peft matches targets by module
+    name, so a model it has no architecture for (the built-in `gpt`, trained from scratch with
+    frozen random weights under its adapters) takes LoRA too: see `lora_targets`.
     """
     from peft import LoraConfig, inject_adapter_in_model
 
@@ -239,11 +242,8 @@ def lora(
         r=params.r,
         lora_alpha=params.alpha,
         lora_dropout=params.dropout,
-        target_modules=params.target_modules,
+        target_modules=lora_targets(model, params.target_modules),
     )
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if params.target_modules is None and model_type is not None:
-        config = replace_targets(config, model_type)
     inject_adapter_in_model(config, model)
     adapters = [p for name, p in model.named_parameters() if "lora_" in name]
     settings = {key: value for key, value in optimizer.param_groups[0].items() if key != "params"}
@@ -251,15 +251,57 @@ def lora(
     return optimizer
 
 
-def replace_targets(config: Any, model_type: str) -> Any:
-    """`config` with peft's default target modules for the architecture `model_type`."""
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+def merge_adapters(model: nn.Module) -> nn.Module:
+    """`model` with each peft adapter merged into the weight it adapts and its layer replaced
+    by the merged base layer (peft's `merge_and_unload`, for a model adapted in place by
+    `inject_adapter_in_model`); a model without adapters as it is."""
+    if "peft" not in sys.modules:  # no adapter was injected in this process
+        return model
+    from peft.tuners.tuners_utils import BaseTunerLayer
 
-    targets = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type)
+    for name, module in list(model.named_modules()):
+        if isinstance(module, BaseTunerLayer):
+            module.merge()
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, module.get_base_layer())
+    return model
+
+
+LORA_PAPER_TARGETS = ("q_proj", "v_proj")
+"""The LoRA paper's adapted matrices, W_q and W_v (Hu et al., 2022, section 7.1), by the names
+the built-in `gpt` and the Llama family give them."""
+
+
+def lora_targets(model: nn.Module, targets: list[str] | str | None) -> list[str] | str:
+    """The module names LoRA adapts in `model`: `targets` as the method names them; unset, peft's
+    default for a transformers architecture (`config.model_type`), else the paper's W_q and W_v;
+    `all-linear` on a model that is no transformers model, every Linear in its blocks (peft's
+    own expansion would also adapt the head there). ValueError when unset and `model` has
+    neither an architecture peft knows nor q_proj and v_proj modules."""
+    if isinstance(targets, list):
+        return targets
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if targets is None and model_type is not None:
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+        defaults = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type)
+        if defaults is None:
+            raise ValueError(
+                f"lora: peft has no default target modules for '{model_type}'; set `target_modules`"
+            )
+        return sorted(defaults)
     if targets is None:
-        raise ValueError(f"lora: peft has no default target modules for '{model_type}'")
-    config.target_modules = set(targets)
-    return config
+        names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+        if not set(LORA_PAPER_TARGETS) <= names:
+            raise ValueError(
+                f"lora: {type(model).__name__} has no q_proj and v_proj modules for LoRA's "
+                "default targets; set `target_modules` to the names of its Linear layers"
+            )
+        return list(LORA_PAPER_TARGETS)
+    if model_type is None:  # all-linear on a model of no transformers architecture
+        owned = {id(module) for block in blocks(model) for module in linears(block)}
+        return [name for name, module in model.named_modules() if id(module) in owned]
+    return targets
 
 
 def freeze(

@@ -53,17 +53,43 @@ COMPRESSION_METRICS = declare_metrics(
 """What a pruned or quantized trial reports (`harness.runner.posttrain`)."""
 BEFORE = "before_"
 """The prefix of a fine-tuning trial's metrics of the pretrained model before fine-tuning."""
+PRUNED = "pruned_"
+"""The prefix of a fine-tuning trial's metrics of the pruned model, before fine-tuning heals it."""
+LM_TASK_METRICS = (
+    ("val_loss", MIN, "validation loss", "nats/token"),
+    ("val_ppl", MIN, "validation perplexity", ""),
+    ("bits_per_byte", MIN, "validation bits per byte", "bits/byte"),
+    ("test_loss", MIN, "test loss", "nats/token"),
+    ("test_ppl", MIN, "test perplexity", ""),
+    ("test_bits_per_byte", MIN, "test bits per byte", "bits/byte"),
+)
+"""The fine-tuning (`lm`) task's metrics, stored before and after pruning and fine-tuning."""
+LM_EVAL_TASK_METRICS = (
+    ("acc", MAX, "lm-eval accuracy", "fraction"),
+    ("acc_norm", MAX, "lm-eval length-normalized accuracy", "fraction"),
+    ("word_perplexity", MIN, "lm-eval word perplexity", ""),
+    ("byte_perplexity", MIN, "lm-eval byte perplexity", ""),
+)
+"""The metrics of an lm-eval task a fine-tuning trial evaluates before and after (`evaluate`),
+on its reporting split and, prefixed `val_`, its validation split."""
 FINETUNE_METRICS = declare_metrics(
     *(
-        (f"{BEFORE}{name}", MIN, f"{what} of the pretrained model before fine-tuning", unit)
-        for name, what, unit in (
-            ("val_loss", "validation loss", "nats/token"),
-            ("val_ppl", "validation perplexity", ""),
-            ("bits_per_byte", "validation bits per byte", "bits/byte"),
-            ("test_loss", "test loss", "nats/token"),
-            ("test_ppl", "test perplexity", ""),
-            ("test_bits_per_byte", "test bits per byte", "bits/byte"),
+        (f"{BEFORE}{name}", direction, f"{what} of the pretrained model before fine-tuning", unit)
+        for name, direction, what, unit in (
+            *LM_TASK_METRICS,
+            *LM_EVAL_TASK_METRICS,
+            *(
+                (f"val_{name}", d, f"{what} (validation split)", u)
+                for name, d, what, u in (
+                    *LM_EVAL_TASK_METRICS,
+                    ("bits_per_byte", MIN, "lm-eval bits per byte", "bits/byte"),
+                )
+            ),
         )
+    ),
+    *(
+        (f"{PRUNED}{name}", direction, f"{what} after pruning, before fine-tuning heals", unit)
+        for name, direction, what, unit in LM_TASK_METRICS
     ),
     ("val_loss_gain", MAX, "validation loss before minus after fine-tuning", "nats/token"),
     ("trainable_params", MIN, "parameters that fine-tuning may update", "parameters"),
@@ -71,10 +97,14 @@ FINETUNE_METRICS = declare_metrics(
 """What a fine-tuning trial reports besides a training trial's (`harness.runner.finetune`)."""
 
 
-def undeclared_metrics(task_type: str, names: Iterable[str]) -> list[str]:
+def undeclared_metrics(
+    task_type: str, names: Iterable[str], evaluated: Iterable[str] = ()
+) -> list[str]:
     """The metric names a trial of `task_type` stored that neither its task's catalog entry
-    (`metrics=`) nor the runner declares (unknown task types declare nothing)."""
+    (`metrics=`), nor that of a task type it also `evaluated` (a fine-tuning trial's lm-eval
+    task), nor the runner declares (unknown task types declare nothing)."""
     declared = {*TRIAL_METRICS, *COMPRESSION_METRICS, *FINETUNE_METRICS}
-    if task_type in TASKS.names():
-        declared.update(TASKS.entry(task_type).metrics)
+    for name in (task_type, *evaluated):
+        if name in TASKS.names():
+            declared.update(TASKS.entry(name).metrics)
     return sorted(set(names) - declared)

@@ -1,4 +1,5 @@
-"""A trial's device, resolved in the process that runs it, and what its stored environment says.
+"""A trial's device, resolved in the process that runs it, its autocast context, and what its
+stored environment says.
 
 `device: auto` becomes CUDA or the CPU where the trial runs (the local machine, a Slurm job, a
 Ray worker), never where the suite was planned; the stored environment records what it became
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import platform
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -40,6 +42,14 @@ def resolve_device(name: str) -> torch.device:
             "where its workers have GPUs (resources.gpus)"
         )
     return torch.device(name)
+
+
+def autocast(device: torch.device, precision: str) -> AbstractContextManager[Any]:
+    """Mixed precision by autocast; fp32 runs as is."""
+    if precision == "fp32":
+        return nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def environment(device: torch.device, recipe: TrialRecipe) -> dict[str, Any]:

@@ -74,29 +74,68 @@ def compress(
     """Apply the recipe's `prune` then `quantize` (pruning draws from its seed); returns the
     model, what they report, and which layers they removed or quantized to how many bits (as
     layer statistics at `step`)."""
+    model, metrics, layers = prune(model, recipe, calibration, step, validation)
+    model, quantized, bits = quantize(model, recipe, calibration, step)
+    return model, metrics | quantized, layers + bits
+
+
+def prune(
+    model: nn.Module,
+    recipe: TrialRecipe,
+    calibration: list[Tensor],
+    step: int,
+    validation: Loss | None = None,
+) -> tuple[nn.Module, dict[str, float], list[LayerStat]]:
+    """The recipe's `prune` (nothing without one): the model, layers removed and left, and a
+    `removed` statistic (1) for each removed block, in the original numbering, at `step`."""
     from harness.methods.pruning import PruneContext, prune_model
+
+    if recipe.prune is None:
+        return model, {}, []
+    context = PruneContext(calibration, validation or calibration_loss(calibration), recipe.seed)
+    model, pruned = prune_model(model, recipe.prune, context)
+    metrics = {"layers_removed": float(len(pruned.removed)), "layers": float(pruned.layers_after)}
+    return model, metrics, [LayerStat(step, layer, "removed", 1.0) for layer in pruned.removed]
+
+
+def quantize(
+    model: nn.Module, recipe: TrialRecipe, calibration: list[Tensor], step: int
+) -> tuple[nn.Module, dict[str, float], list[LayerStat]]:
+    """The recipe's `quantize`: the model, its effective bits and bytes (as stored, without
+    one), and each block's `bits` at `step`."""
     from harness.methods.quantization import quantize_model
 
-    metrics: dict[str, float] = {}
-    layers: list[LayerStat] = []
-    if recipe.prune is not None:
-        context = PruneContext(
-            calibration, validation or calibration_loss(calibration), recipe.seed
+    if recipe.quantize is None:
+        return (
+            model,
+            {"effective_bits": stored_bits(model), "model_bytes": float(parameter_bytes(model))},
+            [],
         )
-        model, pruned = prune_model(model, recipe.prune, context)
-        metrics["layers_removed"] = float(len(pruned.removed))
-        metrics["layers"] = float(pruned.layers_after)
-        layers += [LayerStat(step, layer, "removed", 1.0) for layer in pruned.removed]
-    if recipe.quantize is not None:
-        model, quantized = quantize_model(model, recipe.quantize, calibration)
-        metrics["effective_bits"] = quantized.effective_bits
-        metrics["model_bytes"] = float(quantized.model_bytes)
-        bits = quantized.bits_per_layer.items()
-        layers += [LayerStat(step, layer, "bits", float(b)) for layer, b in bits]
-    else:
-        metrics["effective_bits"] = stored_bits(model)
-        metrics["model_bytes"] = float(parameter_bytes(model))
-    return model, metrics, layers
+    model, quantized = quantize_model(model, recipe.quantize, calibration)
+    metrics = {
+        "effective_bits": quantized.effective_bits,
+        "model_bytes": float(quantized.model_bytes),
+    }
+    bits = quantized.bits_per_layer.items()
+    return model, metrics, [LayerStat(step, layer, "bits", float(b)) for layer, b in bits]
+
+
+def task_calibration(task: Task, recipe: TrialRecipe, device: torch.device) -> list[Tensor]:
+    """Calibration batches for pruning and quantization: training windows of a fixed stream."""
+    samples = recipe.prune.calibration_samples if recipe.prune else 32
+    batch_size = recipe.train.batch_size
+    batches = task.train_batches(batch_size, torch.Generator().manual_seed(0))
+    return [next(batches)[0].to(device) for _ in range(math.ceil(samples / batch_size))]
+
+
+def task_validation(task: Task, recipe: TrialRecipe) -> Loss:
+    """The task's validation loss of a candidate model (greedy pruning's objective)."""
+    train = recipe.train
+
+    def loss(model: nn.Module) -> float:
+        return task.evaluate(model, train.batch_size, train.eval_batches, False)["val_loss"]
+
+    return loss
 
 
 def stored_bits(model: nn.Module) -> float:

@@ -11,7 +11,6 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,10 +36,10 @@ from harness.runner.checkpoint import (
     open_checkpoints,
 )
 from harness.runner.cost import trial_cost
-from harness.runner.devices import DeviceUnavailableError, environment, resolve_device
+from harness.runner.devices import DeviceUnavailableError, autocast, environment, resolve_device
 from harness.runner.distributed import SINGLE, Ranks, in_rank, join, launch, synced, wrap
 from harness.runner.finetune import finetune_summary, finetuning_subjects, trainable_params
-from harness.runner.posttrain import compress, train_calibration, validation
+from harness.runner.posttrain import compress, task_calibration, task_validation
 from harness.runner.process import die_with_parent, quiet_libraries
 from harness.runner.warm import prebuilt_task, train_task
 from harness.spec.plan import trial_versions
@@ -70,12 +69,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def autocast(device: torch.device, precision: str) -> AbstractContextManager[Any]:
-    """Mixed precision by autocast; fp32 runs as is."""
-    if precision == "fp32":
-        return nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 @dataclass
@@ -335,9 +328,9 @@ def train_and_evaluate(
         trial.model, compressed, layers = compress(
             trial.model,
             recipe,
-            train_calibration(trial.task, trial.recipe, trial.device),
+            task_calibration(trial.task, recipe, trial.device),
             result.steps_done,
-            validation(trial.task, trial.recipe),
+            task_validation(trial.task, recipe),
         )
         result.layer_stats += layers
         clock.eval_s += time.perf_counter() - started
@@ -353,19 +346,32 @@ def finetune(
     recipe: TrialRecipe, result: TrialResult, clock: Clock, report: Report
 ) -> dict[str, float]:
     """Fine-tune a pretrained model as a model trained from scratch is trained (the method's
-    optimizer, schedule and layerwise treatment), its task evaluated before and after."""
+    optimizer, schedule and layerwise treatment), its task (and `evaluate` lm-eval task)
+    evaluated before and after; its `prune` comes first (fine-tuning heals the pruned model),
+    its `quantize` last (on the fine-tuned model): `harness.runner.finetune`."""
     device = resolve_device(recipe.device)
     result.environment = environment(device, recipe)
-    trial = assemble(recipe, *finetuning_subjects(recipe, device), device)
-    before = evaluate(trial, clock, final=True)
+    tuning = finetuning_subjects(recipe, device)
+    before = tuning.measure(tuning.model)
+    pruned, removed = tuning.prune()
+    result.layer_stats += removed
+    trial = assemble(recipe, tuning.task, tuning.model, device)
     train(trial, result, clock, report)
-    after = evaluate(trial, clock, final=True)
+    cost = training_cost(trial, result, clock)
+    trainable = trainable_params(trial.model)
+    trial.model, quantized, bits = tuning.quantize(trial.model, result.steps_done)
+    after = tuning.measure(trial.model)
+    result.layer_stats += bits
+    result.examples = after.examples
+    clock.eval_s += tuning.seconds
     return {
-        **after,
+        **after.metrics,
         **efficiency(trial, result, clock),
-        **training_cost(trial, result, clock),
-        **finetune_summary(before, after),
-        "trainable_params": trainable_params(trial.model),
+        **cost,
+        **finetune_summary(before.metrics, after.metrics),
+        **pruned,
+        **quantized,
+        "trainable_params": trainable,
     }
 
 

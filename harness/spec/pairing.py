@@ -1,6 +1,7 @@
 """Which (method, model, task) pairs of a suite can run: a pretrained model is fine-tuned on an
 `lm` task in its own tokens or evaluated; an untrained model trains in a tokenizer of its own; a
-method neither changes a pretrained model's norms nor compresses a model it fine-tunes."""
+method does not change a pretrained model's norms, and adds an lm-eval task (`evaluate`) to
+fine-tuning trials only."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from collections.abc import Iterator
 
 from harness.registry import MODELS, TASKS, EvalTaskEntry, PretrainedModelEntry
 from harness.spec.constraints import MODEL_TOKENIZER
-from harness.spec.loader import Locator, Problem
-from harness.spec.resolve import matrix_cells
+from harness.spec.loader import Loc, Locator, Problem
+from harness.spec.resolve import ResolveError, matrix_cells, resolve_method
 from harness.spec.schema import Suite
 
 
@@ -35,7 +36,41 @@ def check_combinations(suite: Suite, locator: Locator) -> Iterator[Problem]:
             elif not pretrained:
                 yield from check_untrained(suite, model, task, eval_only, locator)
         if pretrained:
-            yield from check_pretrained_method(suite, method, model, eval_only, locator)
+            yield from check_pretrained_method(suite, method, model, locator)
+        if not pretrained and evaluates(suite, method):
+            yield locator.problem(
+                ("methods", method, "evaluate"),
+                f"`evaluate` adds an lm-eval task to a fine-tuning trial; method '{method}' also "
+                f"trains untrained model '{model}' (pair it with pretrained models in `matrix`)",
+            )
+    yield from check_evaluated(suite, locator)
+
+
+def evaluates(suite: Suite, method: str) -> bool:
+    """The method (through `defaults` or `extends` too) names an `evaluate` task."""
+    try:
+        return resolve_method(suite, method)[0].get("evaluate") is not None
+    except ResolveError:
+        return False  # reported by check_method
+
+
+def check_evaluated(suite: Suite, locator: Locator) -> Iterator[Problem]:
+    """`evaluate` names a task of the suite whose type is `lm-eval`."""
+    named: list[tuple[Loc, str | None]] = [(("defaults", "evaluate"), suite.defaults.evaluate)]
+    named += [(("methods", name, "evaluate"), m.evaluate) for name, m in suite.methods.items()]
+    for loc, task in named:
+        if task is None:
+            continue
+        if task not in suite.tasks:
+            yield locator.problem(
+                loc, f"`evaluate` names '{task}', which is not a task of this suite"
+            )
+        elif suite.tasks[task].get("type") != "lm-eval":
+            yield locator.problem(
+                loc,
+                f"`evaluate` names task '{task}' of type '{suite.tasks[task].get('type')}'; "
+                "name a task of type lm-eval (a fine-tuning task reports its own held-out loss)",
+            )
 
 
 def check_finetuning(suite: Suite, model: str, task: str, locator: Locator) -> Iterator[Problem]:
@@ -77,20 +112,13 @@ def check_untrained(
 
 
 def check_pretrained_method(
-    suite: Suite, method: str, model: str, eval_only: bool, locator: Locator
+    suite: Suite, method: str, model: str, locator: Locator
 ) -> Iterator[Problem]:
-    """A method cannot change a pretrained model's norms, nor compress a model it fine-tunes."""
-    fields = suite.methods[method].model_fields_set
-    if "norm" in fields:
+    """A method cannot change a pretrained model's norms (it may prune it before fine-tuning
+    and quantize it after: `harness.runner.finetune`)."""
+    if "norm" in suite.methods[method].model_fields_set:
         yield locator.problem(
             ("methods", method, "norm"),
             f"`norm` cannot change pretrained model '{model}' (remove it, or pair the method "
             "with a gpt model in `matrix`)",
         )
-    for section in ("prune", "quantize"):
-        if not eval_only and section in fields:
-            yield locator.problem(
-                ("methods", method, section),
-                f"`{section}` after fine-tuning pretrained model '{model}' is not built: "
-                "compress it in a method paired with a perplexity or lm-eval task",
-            )

@@ -31,7 +31,7 @@ from harness.lazy_registry import INITIAL_VERSION, Entry, suggest
 from harness.records import PlannedTrial
 from harness.registry import FAMILY_TABLE, MODELS, TASKS, ModelEntry
 from harness.spec.plugins import is_plugin, plugin_digest
-from harness.spec.recipe import TrialRecipe, parsed_section, resolved_settings
+from harness.spec.recipe import TrialRecipe, parsed_section, resolved_settings, with_evaluation
 from harness.spec.resolve import matrix_cells, trial_settings
 from harness.spec.schema import Suite
 
@@ -128,6 +128,7 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
         for point, settings in settings_of[method]:
             section = with_overrides(suite.models[model], settings.model) or models[model]
             for seed in suite.seed_list:
+                evaluated = settings.evaluate
                 recipe = TrialRecipe.of(
                     settings,
                     section,
@@ -135,9 +136,12 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
                     seed=seed,
                     plugins=suite.plugins,
                     threads=suite.resources.threads,
-                ).over(suite.resources.ranks)
+                ).over(suite.resources.ranks).evaluating(tasks[evaluated] if evaluated else None)
                 identity = {"suite": suite.suite, "method": method, "model": model, "task": task}
-                key = trial_key(identity, recipe, fingerprints[task])
+                fingerprint = fingerprints[task]
+                if recipe.evaluation is not None and evaluated:
+                    fingerprint = with_evaluation(fingerprint, fingerprints[evaluated])
+                key = trial_key(identity, recipe, fingerprint)
                 trials.append(
                     PlannedTrial(key, suite.suite, method, model, task, seed, point, recipe)
                 )

@@ -19,6 +19,7 @@ model section with a method's `model` fields applied.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -52,9 +53,13 @@ RunPrecision = Literal["fp32", "bf16", "fp16"]
 RUN_PRECISION: TypeAdapter[RunPrecision] = TypeAdapter(RunPrecision)
 SECTIONS = ("norm", "optimizer", "train", "prune", "quantize")
 """The method's sections a recipe holds as validated, as `TrialSettings` has them."""
-SETTINGS = [name for name in TrialSettings.model_fields if name != "model"]
+SETTINGS = [name for name in TrialSettings.model_fields if name not in ("model", "evaluate")]
 """The config's method sections, in the order the config has always had them; `model` is the
-resolved model section, not a method's model overrides."""
+resolved model section, not a method's model overrides; `evaluate` is the resolved task section
+(`TrialRecipe.evaluation`), not the suite's name of it."""
+EVALUATE_KEY = "evaluate"
+"""The config key of a fine-tuning trial's lm-eval section, present only when it has one (so
+every other trial keeps its key)."""
 
 
 class TrialKind(StrEnum):
@@ -185,8 +190,12 @@ class TrialRecipe:
     seed: int
     plugins: tuple[str, ...]
     time_limit_s: float
+    evaluation: tuple[EvalTaskEntry, BaseModel] | None = None
+    """The lm-eval task a fine-tuning trial also evaluates before and after (`evaluate`)."""
 
     def __post_init__(self) -> None:
+        if self.evaluation is not None and self.kind is not TrialKind.FINETUNE:
+            raise TypeError("only a fine-tuning trial evaluates an lm-eval task besides its own")
         if self.kind is TrialKind.FINETUNE:
             self.finetuned_entries()
         elif self.kind.pretrained:
@@ -234,7 +243,7 @@ class TrialRecipe:
         settings = TrialSettings.model_validate(
             {name: config[name] for name in SETTINGS if name in config} | {"train": train}
         )
-        return cls.of(
+        recipe = cls.of(
             settings,
             parsed_section(MODELS, config["model"]),
             parsed_section(TASKS, config["task"]),
@@ -242,6 +251,16 @@ class TrialRecipe:
             plugins=config.get("plugins", ()),
             threads=config.get("threads", DEFAULT_THREADS),
         ).over(config.get("ranks", 1))
+        evaluated = config.get(EVALUATE_KEY)
+        return recipe.evaluating(parsed_section(TASKS, evaluated) if evaluated else None)
+
+    def evaluating(self, evaluation: tuple[TaskEntry, BaseModel] | None) -> TrialRecipe:
+        """This recipe with the task section a method's `evaluate` names (`evaluation`): a
+        fine-tuning trial evaluates it before and after; a trial of another kind ignores it
+        (a pretrained model paired with an lm-eval task is evaluated as is)."""
+        if evaluation is None or self.kind is not TrialKind.FINETUNE:
+            return self
+        return replace(self, evaluation=evaluation_section(evaluation))
 
     @cached_property
     def config(self) -> dict[str, Any]:
@@ -260,6 +279,7 @@ class TrialRecipe:
             "plugins": list(self.plugins),
             **threads,
             **ranks,
+            **({EVALUATE_KEY: dumped(self.evaluation[1])} if self.evaluation else {}),
         }
 
     def unset_train(self) -> set[str]:
@@ -311,8 +331,34 @@ class TrialRecipe:
         return model, task
 
     def fingerprint(self) -> str:
-        """The task's data fingerprint (cheap: it hashes files, it does not tokenize)."""
-        return self.task_entry.fingerprint(self.task)
+        """The task's data fingerprint (cheap: it hashes files, it does not tokenize), with the
+        evaluated lm-eval task's (`with_evaluation`)."""
+        main = self.task_entry.fingerprint(self.task)
+        if self.evaluation is None:
+            return main
+        entry, section = self.evaluation
+        return with_evaluation(main, entry.fingerprint(section))
+
+
+def with_evaluation(task: str, evaluation: str) -> str:
+    """The data fingerprint of a fine-tuning trial that also evaluates an lm-eval task: both
+    tasks' (a trial without one keeps its task's fingerprint, so its key)."""
+    return hashlib.sha256(f"{task}+{evaluation}".encode()).hexdigest()
+
+
+def evaluation_section(
+    evaluation: tuple[TaskEntry, BaseModel] | None,
+) -> tuple[EvalTaskEntry, BaseModel] | None:
+    """The `evaluate` task's entry and section (TypeError unless it evaluates a pretrained
+    model)."""
+    if evaluation is None:
+        return None
+    entry, section = evaluation
+    if not isinstance(entry, EvalTaskEntry):
+        raise TypeError(
+            f"`evaluate` names task type '{entry.name}', which trains; name an lm-eval task"
+        )
+    return entry, section
 
 
 def dumped(section: BaseModel | Any) -> Any:

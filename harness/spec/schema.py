@@ -85,6 +85,12 @@ class TrialSettings(StrictModel):
     quantize: QuantizeSpec | None = Field(
         None, description="Quantize the weights of the trained or pretrained model (SPEC 5.6)."
     )
+    evaluate: str | None = Field(
+        None,
+        description="A task of the suite, of type lm-eval, that a fine-tuning trial also "
+        "evaluates before and after fine-tuning (its metrics, e.g. `before_acc` and `acc`, "
+        "stored in the one trial); None: the fine-tuning task's own held-out metrics only.",
+    )
     model: dict[str, Any] = Field(
         {},
         description="Fields this method sets in every model section it runs on (e.g. `{init: "

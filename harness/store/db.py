@@ -347,7 +347,8 @@ class StoreLedger:
 def warn_undeclared(trial: PlannedTrial, result: TrialResult) -> None:
     """A warning for each stored metric that the trial's task entry does not declare."""
     task_type = trial.recipe.task_entry.name
-    undeclared = undeclared_metrics(task_type, result.final)
+    evaluated = [trial.recipe.evaluation[0].name] if trial.recipe.evaluation else []
+    undeclared = undeclared_metrics(task_type, result.final, evaluated)
     if undeclared:
         log.warning(
             "%s stored metrics that task type '%s' does not declare: %s (declare them with "
