@@ -92,6 +92,13 @@ def attention_sink_stats(attentions: Sequence[Tensor], step: int) -> list[LayerS
     return stats
 
 
+def attention_sinks(model: nn.Module, input_ids: Tensor, step: int) -> list[LayerStat]:
+    """`attention_sink_stats` of `model` on the probe batch (a fine-tuned model's, before and
+    after; its other layer statistics come from training's own diagnostics)."""
+    _, attentions = forward_with_attention(model, input_ids)
+    return attention_sink_stats(attentions, step) if attentions else []
+
+
 def pretrained_layer_stats(model: nn.Module, input_ids: Tensor, step: int = 0) -> list[LayerStat]:
     """Hidden RMS, massive activations, block influence, effective rank, tokenwise share,
     feature norms and attention-sink mass of `model` on the probe batch."""

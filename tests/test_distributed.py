@@ -21,6 +21,8 @@ from tests.test_finetune import finetune_suite, pretrained_dir_fixture, problems
 __all__ = ["pretrained_dir_fixture"]  # the fixture, shared with tests/test_finetune.py
 
 STEPS, INTERRUPT_AT = 20, 11
+
+
 def trial_of(tmp_path: Path, train: str = "", resources: str = "") -> PlannedTrial:
     """The tiny suite's seed-0 trial in fp32 on the CPU, global batch 16, a loss each step."""
     tmp_path.mkdir(parents=True, exist_ok=True)

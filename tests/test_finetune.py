@@ -226,6 +226,8 @@ def test_each_method_fine_tunes_a_pretrained_model_and_stores_before_and_after(
         assert final["val_loss_gain"] == pytest.approx(final["before_val_loss"] - final["val_loss"])
         assert final["val_loss"] < final["before_val_loss"], method  # a random model learns
         assert result.steps_done == 6 and len(result.series) == 2
+        sinks = {(s.step, s.layer) for s in result.layer_stats if s.name == "attention_sink"}
+        assert sinks == {(step, layer) for step in (0, 6) for layer in range(N_LAYERS)}, method
     befores = {round(r.final["before_val_loss"], 6) for r in results.values()}
     assert len(befores) == 1  # the same pretrained model, evaluated the same way
     lora, full = results["lora"].final, results["full"].final

@@ -22,7 +22,7 @@ from harness.cache import DataMissingError
 from harness.core import Status
 from harness.diagnostics import StepProbe, diagnostic_inputs, hidden_state_stats
 from harness.diagnostics_geometry import WeightTracker
-from harness.diagnostics_pretrained import pretrained_layer_stats, probe_batch
+from harness.diagnostics_pretrained import attention_sinks, pretrained_layer_stats, probe_batch
 from harness.logs import detach_stream_handlers
 from harness.methods.layers import blocks
 from harness.methods.optimizers import make_optimizer
@@ -67,8 +67,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
 
 
 @dataclass
@@ -356,12 +354,13 @@ def finetune(
     pruned, removed = tuning.prune()
     result.layer_stats += removed
     trial = assemble(recipe, tuning.task, tuning.model, device)
+    result.layer_stats += attention_sinks(trial.model, trial.probe_inputs, 0)
     train(trial, result, clock, report)
     cost = training_cost(trial, result, clock)
     trainable = trainable_params(trial.model)
     trial.model, quantized, bits = tuning.quantize(trial.model, result.steps_done)
     after = tuning.measure(trial.model)
-    result.layer_stats += bits
+    result.layer_stats += bits + attention_sinks(trial.model, trial.probe_inputs, result.steps_done)
     result.examples = after.examples
     clock.eval_s += tuning.seconds
     return {

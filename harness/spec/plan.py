@@ -129,14 +129,18 @@ def plan_suite(suite: Suite) -> list[PlannedTrial]:
             section = with_overrides(suite.models[model], settings.model) or models[model]
             for seed in suite.seed_list:
                 evaluated = settings.evaluate
-                recipe = TrialRecipe.of(
-                    settings,
-                    section,
-                    tasks[task],
-                    seed=seed,
-                    plugins=suite.plugins,
-                    threads=suite.resources.threads,
-                ).over(suite.resources.ranks).evaluating(tasks[evaluated] if evaluated else None)
+                recipe = (
+                    TrialRecipe.of(
+                        settings,
+                        section,
+                        tasks[task],
+                        seed=seed,
+                        plugins=suite.plugins,
+                        threads=suite.resources.threads,
+                    )
+                    .over(suite.resources.ranks)
+                    .evaluating(tasks[evaluated] if evaluated else None)
+                )
                 identity = {"suite": suite.suite, "method": method, "model": model, "task": task}
                 fingerprint = fingerprints[task]
                 if recipe.evaluation is not None and evaluated:
