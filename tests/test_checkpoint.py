@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.store.db import open_database
 from harness.store.models import MetricPoint, Result, Trial
-from tests.factories import invoke, write_suite
+from tests.factories import invoke, trials_by_key, write_suite
 
 STEPS, INTERRUPT_AT = 6, 5
 TIMING = {"tokens_per_s"}  # wall-clock figures, never identical between two runs
@@ -254,3 +255,42 @@ def test_default_rule_runs_without_checkpoints_where_the_folder_is_not_writable(
     monkeypatch.setenv(CHECKPOINTS_ENV, str(blocker / "checkpoints"))
     (trial, *_) = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}", steps=4)))
     assert run_trial(trial.config, key=trial.key).status == "done"
+
+
+@pytest.mark.slow
+def test_a_failed_trial_rerun_with_retry_failed_resumes_from_its_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plugin = "plugins: [tests.plugins.pidfile]\n"
+    method = "pre-ln: {optimizer: {name: adamw-pidfile}}"
+    suite = write_suite(tmp_path, method, steps=60, eval_every=10, extra=plugin)
+    suite.write_text(
+        suite.read_text()
+        .replace("seeds: [0, 1]", "seeds: [0]")
+        .replace("eval_batches: 2}", "eval_batches: 2, log_every: 1, checkpoint: {every: 5}}")
+    )
+    folder, pids = tmp_path / "checkpoints", tmp_path / "pids"
+    pids.mkdir()
+    url = f"sqlite:///{tmp_path / 'failed.db'}"
+    env = environment(tmp_path, LAYERBENCH_CHECKPOINTS=str(folder), LAYERBENCH_TEST_PIDS=str(pids))
+    runner = start(suite, url, env, "--no-mlflow")
+    deadline = time.monotonic() + 300
+    while not list(folder.glob("*/step-00000015.pt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (trial_pid,) = [int(p.name) for p in pids.iterdir()]
+    os.kill(trial_pid, signal.SIGKILL)  # the trial's process, not the runner: stored `failed`
+    assert runner.wait(timeout=120) == 1
+    (key,) = [p.name for p in folder.iterdir()]
+    assert trials_by_key(url)[key].status == "failed"
+    assert list((folder / key).glob("step-*.pt"))  # kept for the retry
+    monkeypatch.setenv(CHECKPOINTS_ENV, str(folder))
+    monkeypatch.setenv("LAYERBENCH_TEST_PIDS", str(pids))
+    retried = invoke("run", str(suite), "--db", url, "--no-mlflow", "--retry-failed")
+    assert retried.exit_code == 0, retried.output
+    monkeypatch.setenv(CHECKPOINTS_ENV, str(tmp_path / "fresh"))
+    whole_url = f"sqlite:///{tmp_path / 'whole.db'}"
+    assert invoke("run", str(suite), "--db", whole_url, "--no-mlflow").exit_code == 0
+    resumed, whole = stored(url)[key], stored(whole_url)[key]
+    assert resumed[0] == "done" and resumed[1] == 1 and resumed[2] <= 5
+    assert resumed[3:] == whole[3:] and whole[1:3] == (0, 0)
+    assert trials_by_key(url)[key].attempts == 2

@@ -4,23 +4,28 @@ Trials are claimed through the same ledger as the local and Ray backends and sto
 code (`claim_next`, `record`) the moment their job ends, so SQL and MLflow see no difference.
 The driver claims at most `array_parallelism` trials at a time and submits each batch as one job
 array; each task asks for the suite's `resources:` (CPUs, GPUs, memory) and a time limit of
-`time_limit_s` plus a grace. The job pickles its `TrialResult` into the job folder (which the
-nodes and the driver share); a job that ends without one (cancelled, out of time, out of memory,
-node lost) is read from Slurm's record of it: `TIMEOUT` is stored as `timeout`, a node failure or
-a preemption is resubmitted up to `max_retries` times (each an attempt in SQL), and anything
-else is `failed` with Slurm's state as the reason. submitit: https://github.com/facebookincubator/submitit
+`time_limit_s` plus a grace, or `slurm.job_time_s` when that is shorter: then the trial goes on
+over several jobs (`SlurmTrial`), its `time_limit_s` counting their running time together. The
+job pickles its `TrialResult` into the job folder (which the nodes and the driver share); a job
+that ends without one (cancelled, out of time, out of memory, node lost) is read from Slurm's
+record of it: `TIMEOUT` is stored as `timeout`, a node failure or a preemption is resubmitted up
+to `max_retries` times (each an attempt in SQL), and anything else is `failed` with Slurm's state
+as the reason. submitit: https://github.com/facebookincubator/submitit
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import shutil
+import signal
 import subprocess
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +62,10 @@ ENDED_STATES = frozenset(
 # How long a job may show no result after it COMPLETED (a shared filesystem's caches), or be
 # neither in squeue nor in sacct, before its trial is given up.
 VANISHED_AFTER_S = 60.0
+WARNING_S = 90
+"""How long before a job's time limit Slurm warns it (`--signal=USR2@90`, submitit's default);
+at most half the job, so a one-minute job is warned after it started its trial."""
+log = logging.getLogger(__name__)
 
 
 class SlurmUnavailableError(BackendUnavailableError):
@@ -105,15 +114,30 @@ def job_resources(device: str, resources: ResourcesSpec) -> dict[str, Any]:
     return options
 
 
+def job_seconds(trial: PlannedTrial, slurm: SlurmSpec) -> int:
+    """Each job's time limit in seconds, whole minutes: the trial's `time_limit_s` plus the
+    grace, or `slurm.job_time_s` where that is shorter (the trial spans several jobs)."""
+    limit = trial.recipe.time_limit_s + slurm.time_grace_s
+    if slurm.job_time_s is not None:
+        limit = min(limit, slurm.job_time_s)
+    return 60 * max(1, math.ceil(limit / 60))
+
+
+def warning_s(seconds: int) -> int:
+    """How long before the end of a job of `seconds` Slurm signals it."""
+    return min(WARNING_S, seconds // 2)
+
+
 def executor_parameters(
     trial: PlannedTrial, resources: ResourcesSpec, slurm: SlurmSpec
 ) -> dict[str, Any]:
     """submitit's SlurmExecutor parameters for a batch of trials like `trial`."""
-    limit = trial.recipe.time_limit_s + slurm.time_grace_s
-    extra: dict[str, Any] = {"time": slurm_time(limit), **slurm.sbatch}
+    seconds = job_seconds(trial, slurm)
+    extra: dict[str, Any] = {"time": slurm_time(seconds), **slurm.sbatch}
     parameters: dict[str, Any] = {
         "job_name": f"layerbench-{trial.suite}",
         "array_parallelism": slurm.array_parallelism,
+        "signal_delay_s": warning_s(seconds),
         "stderr_to_stdout": True,
         "additional_parameters": extra,
         **job_resources(trial.recipe.device, resources),
@@ -129,25 +153,58 @@ MAX_JOBS_PER_TRIAL = 100
 """How many jobs one trial may span (submitit's `max_num_timeout`: requeues at a time limit)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class SlurmTrial:
     """A Slurm task: run the trial in this (fresh) process and return its result to the driver.
 
     It follows submitit's checkpointing protocol: at Slurm's warning before a time limit or a
-    preemption (`--signal=USR2@90`, submitit's default) submitit calls `checkpoint`, which asks
-    for the same task again, and requeues the job; the trial's process ends there and the
-    requeued job resumes it from its newest checkpoint (`harness.runner.checkpoint`), so a
-    trial longer than the partition's `--time` completes over several jobs, recomputing at most
-    one checkpoint interval each time. A trial without a checkpoint starts again."""
+    preemption (`--signal=USR2@WARNING_S`) submitit calls `checkpoint`, which asks for the same
+    task again, and requeues the job; the trial's process ends there and the requeued job
+    resumes it from its newest checkpoint (`harness.runner.checkpoint`), so a trial longer than
+    the partition's `--time` completes over several jobs, recomputing at most one checkpoint
+    interval each time. A trial without a checkpoint starts again.
+
+    The trial's `time_limit_s` is its budget over all its jobs: their running time counts from
+    the trial's first start (time queued between jobs does not, as on the other backends). A
+    warned job requeues only if the budget outlasts the job; otherwise the trial runs on to the
+    job's limit and Slurm ends it `TIMEOUT`, stored as `timeout`. Inside a job the trial stops
+    itself at `time_limit_s` of its own clock, which its checkpoints carry over."""
 
     key: str
+    budget_s: float
+    """The trial's `time_limit_s`."""
+    warning_s: float
+    """How long before its job's time limit the warning comes."""
+    spent_s: float = 0.0
+    """The running time of the trial's earlier jobs."""
+    started: float = field(default_factory=time.monotonic, compare=False)
 
     def __call__(self, config: dict[str, Any]) -> TrialResult:
+        self.started = time.monotonic()
+        requeue = signal.getsignal(signal.SIGUSR2)  # submitit's handler, in a Slurm job
+        if callable(requeue):
+            signal.signal(signal.SIGUSR2, functools.partial(self.on_warning, requeue))
         return run_in_worker(config, self.key)
+
+    def spent(self) -> float:
+        """The trial's running time over its jobs, this one included."""
+        return self.spent_s + time.monotonic() - self.started
+
+    def on_warning(self, requeue: Any, signum: int, frame: Any) -> None:
+        """Slurm's warning: requeue (submitit's handler) while the budget outlasts this job."""
+        if self.spent() + self.warning_s < self.budget_s:
+            requeue(signum, frame)
+            return
+        log.warning(
+            "trial %s: its time_limit_s (%g s) ends with this job (%.0f s spent): not requeued",
+            self.key[:12],
+            self.budget_s,
+            self.spent(),
+        )
 
     def checkpoint(self, config: dict[str, Any]) -> Any:
         submitit = import_submitit()
-        return submitit.helpers.DelayedSubmission(self, config)
+        return submitit.helpers.DelayedSubmission(replace(self, spent_s=self.spent()), config)
 
 
 def slurm_backend(suite: Suite, options: BackendOptions) -> Executor:
@@ -216,8 +273,10 @@ def run_slurm(
             batch = claim_batch(pending, ledger, progress, slurm.array_parallelism - len(active))
             if batch:
                 executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=MAX_JOBS_PER_TRIAL)
-                executor.update_parameters(**executor_parameters(batch[0], resources, slurm))
-                for trial, job in zip(batch, submit(executor, batch), strict=True):
+                parameters = executor_parameters(batch[0], resources, slurm)
+                executor.update_parameters(**parameters)
+                jobs = submit(executor, batch, parameters["signal_delay_s"])
+                for trial, job in zip(batch, jobs, strict=True):
                     active[job.job_id] = Submitted(
                         trial=trial, job=job, executor=executor, retries_left=slurm.max_retries
                     )
@@ -249,10 +308,16 @@ def alike(first: PlannedTrial, other: PlannedTrial) -> bool:
     return (one.time_limit_s, one.device) == (two.time_limit_s, two.device)
 
 
-def submit(executor: Any, batch: list[PlannedTrial]) -> list[Any]:
-    """One job array for the batch (a single job when it has one trial)."""
+def submit(executor: Any, batch: list[PlannedTrial], warning: float) -> list[Any]:
+    """One job array for the batch (a single job when it has one trial), each job warned
+    `warning` seconds before its time limit."""
     with executor.batch():
-        jobs = [executor.submit(SlurmTrial(trial.key), worker_config(trial)) for trial in batch]
+        jobs = [
+            executor.submit(
+                SlurmTrial(trial.key, trial.recipe.time_limit_s, warning), worker_config(trial)
+            )
+            for trial in batch
+        ]
     return jobs
 
 
@@ -277,7 +342,8 @@ def collect(
             if state in RETRY_STATES and submitted.retries_left > 0:
                 del active[job_id]
                 ledger.add_attempt(submitted.trial)
-                (job,) = submit(submitted.executor, [submitted.trial])
+                warning = submitted.executor.parameters["signal_delay_s"]
+                (job,) = submit(submitted.executor, [submitted.trial], warning)
                 active[job.job_id] = replace(
                     submitted, job=job, retries_left=submitted.retries_left - 1
                 )
@@ -302,8 +368,8 @@ def lost_job(job_id: str, state: str, trial: PlannedTrial) -> TrialResult:
         limit = trial.recipe.time_limit_s
         return TrialResult(
             Status.TIMEOUT,
-            error=f"slurm job {job_id} ran past its Slurm time limit (time_limit_s {limit:g} "
-            "plus grace) and was killed",
+            error=f"slurm job {job_id} ran past its Slurm time limit and was killed: the trial's "
+            f"time_limit_s ({limit:g} s, over all its jobs) was spent",
         )
     hint = " (see `scancel`)" if state == "CANCELLED" else ""
     return TrialResult(
