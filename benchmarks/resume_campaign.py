@@ -4,12 +4,12 @@ process at random moments of multi-checkpoint trials, then an audit against an u
     python benchmarks/reliability.py resume --db sqlite|postgresql --kills 20
 
 Each cycle reruns one unfinished trial of the suite (`--only`, `--retry-failed`: a killed trial
-process leaves its trial `failed`, with its checkpoints) and SIGKILLs, 0.5-6 s after the trial is
-claimed, either the runner (its trial process dies with it) or the trial process (the runner
-stores `failed`); right after each kill the trial's checkpoint folder says how many steps it had
-reached beyond its newest checkpoint: the steps its resume recomputes. A final rerun completes
-the suite; every trial's final metrics and series must equal those of the same suite run
-without interruption (another database, other checkpoints).
+process leaves its trial `failed`, with its checkpoints) and, 0.5-6 s after its trial process
+started, SIGKILLs either the runner (its trial process dies with it) or the trial process (the
+runner stores `failed`); right after each kill the trial's checkpoint folder says how many steps
+it had reached beyond its newest checkpoint: the steps its resume recomputes. A final rerun
+completes the suite; every trial's final metrics and series must equal those of the same suite
+run without interruption (another database, other checkpoints).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -71,6 +72,15 @@ def trial_process(runner: int) -> int | None:
             children.setdefault(parent, []).append(int(entry.name))
     grandchildren = [g for child in children.get(runner, []) for g in children.get(child, [])]
     return grandchildren[0] if grandchildren else None
+
+
+def wait_for_trial_process(runner: subprocess.Popen[str], timeout: float = 120) -> None:
+    """Until the runner has forked its trial (its fork server's start-up takes seconds)."""
+    deadline = time.monotonic() + timeout
+    while trial_process(runner.pid) is None and runner.poll() is None:
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 def lost_steps(folder: Path) -> int | None:
@@ -136,6 +146,7 @@ def kill_cycle(
     runner = start(suite, url, env, "--no-mlflow", "--retry-failed", "--only", only)
     landed, lost = False, None
     if wait_for_status(url, Status.RUNNING, runner):
+        wait_for_trial_process(runner)
         time.sleep(rng.uniform(0.5, 6.0))
         pid = runner.pid if target == "runner" else trial_process(runner.pid)
         if pid is not None and runner.poll() is None:
