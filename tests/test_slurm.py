@@ -10,6 +10,7 @@ Skipped where Debian's slurm-wlm and munge are not installed or not run as root 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ from typing import NamedTuple
 
 import pytest
 
+from harness.runner.slurm_backend import slurm_time
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint
@@ -506,6 +508,31 @@ def test_job_resources_and_time_limit_follow_the_suite() -> None:
     assert slurm_time(1) == "0:01:00"
     assert slurm_time(900 + 60) == "0:16:00"
     assert slurm_time(2 * 3600 + 1) == "2:01:00"
+
+
+def test_a_trial_longer_than_its_jobs_is_warned_and_requeued_within_its_time_limit(
+    tiny_suite: Path,
+) -> None:
+    from harness.runner.slurm_backend import SlurmTrial, executor_parameters
+    from harness.spec.schema import ResourcesSpec, SlurmSpec
+
+    (trial, *_) = plan_suite(load_suite(tiny_suite))
+    one_job = executor_parameters(trial, ResourcesSpec(), SlurmSpec(time_grace_s=0))
+    limit = trial.recipe.time_limit_s
+    assert one_job["additional_parameters"]["time"] == slurm_time(limit)
+    assert one_job["signal_delay_s"] == min(90, 60 * math.ceil(limit / 60) // 2)
+    split = executor_parameters(trial, ResourcesSpec(), SlurmSpec(job_time_s=60))
+    assert (split["additional_parameters"]["time"], split["signal_delay_s"]) == ("0:01:00", 30)
+
+    requeued: list[int] = []
+    job = SlurmTrial("k" * 64, budget_s=600, warning_s=30, spent_s=400)
+    job.started = time.monotonic() - 60  # this job has run a minute: 460 s of 600 spent
+    job.on_warning(lambda signum, frame: requeued.append(signum), 12, None)
+    assert requeued == [12]  # 460 + 30 < 600: the budget outlasts this job
+    job.spent_s = 520  # 580 + 30 >= 600: the trial ends with this job, at its limit
+    job.on_warning(lambda signum, frame: requeued.append(signum), 12, None)
+    assert requeued == [12]
+    assert 580 <= job.spent() < 590
 
 
 def test_command_line_slurm_options_override_the_suite_and_a_bad_flag_is_invalid_input(
