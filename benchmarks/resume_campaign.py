@@ -44,6 +44,8 @@ from harness.store.models import MetricPoint, Result, Trial
 
 STEPS, EVERY = 1500, 50
 """Steps per trial and between two checkpoints (a checkpoint every 0.2-0.5 s of training here)."""
+TRIES = 3
+"""Cycles per planned kill at most: one whose trial ended before its kill came is run again."""
 TIMING = {"tokens_per_s"}  # a speed, never identical between two runs
 
 
@@ -158,7 +160,7 @@ def kill_cycle(
     return {"target": target, "landed": landed, "exit": runner.returncode, "lost": lost}
 
 
-def resume_campaign(kind: str, kills: int, trials: int = 4, seed: int = 0) -> dict[str, Any]:
+def resume_campaign(kind: str, kills: int, trials: int = 6, seed: int = 0) -> dict[str, Any]:
     """`kills` SIGKILLs (half of the runner, half of the trial process, shuffled), a final
     rerun, the audit, and the comparison with an uninterrupted run."""
     rng = random.Random(seed)
@@ -170,13 +172,16 @@ def resume_campaign(kind: str, kills: int, trials: int = 4, seed: int = 0) -> di
         planned = {t.key: t for t in plan_suite(load_suite(suite))}
         env = environment(workdir, LAYERBENCH_CHECKPOINTS=str(workdir / "checkpoints"))
         started = time.monotonic()
-        cycles = []
+        cycles: list[dict[str, Any]] = []
         for target in targets:
-            left = unfinished(url, planned)
-            if not left:
-                break
-            cycles.append(kill_cycle(suite, url, env, rng.choice(left), target, rng))
-            print(f"kill {len(cycles)}: {cycles[-1]}", flush=True)
+            for _ in range(TRIES):  # a kill that came after its trial ended is tried again
+                left = unfinished(url, planned)
+                if not left:
+                    break
+                cycles.append(kill_cycle(suite, url, env, rng.choice(left), target, rng))
+                print(f"cycle {len(cycles)}: {cycles[-1]}", flush=True)
+                if cycles[-1]["landed"]:
+                    break
         final = start(suite, url, env, "--no-mlflow", "--retry-failed")
         output = output_of(final)
         seconds = round(time.monotonic() - started)
@@ -193,6 +198,7 @@ def resume_campaign(kind: str, kills: int, trials: int = 4, seed: int = 0) -> di
         "steps_per_trial": STEPS,
         "checkpoint_every": EVERY,
         "kills_planned": dict(Counter(targets)),
+        "cycles": len(cycles),
         "kills_landed": dict(Counter(c["target"] for c in cycles if c["landed"])),
         "final_rerun_exit": final.returncode,
         "final_rerun_tail": output.strip().splitlines()[-1:] if final.returncode else [],
@@ -204,6 +210,10 @@ def resume_campaign(kind: str, kills: int, trials: int = 4, seed: int = 0) -> di
         ),
         "resumes": sum(r for r, _ in recomputed.values()),
         "recomputed_steps_stored": sum(s for _, s in recomputed.values()),
+        "trials_recomputing_over_an_interval_per_resume": sum(
+            s > r * EVERY for r, s in recomputed.values()
+        ),
+        "kills_before_a_first_step": sum(c["landed"] and c["lost"] is None for c in cycles),
         "lost_steps_per_kill": lost,
         "max_lost_steps_per_kill": max(lost, default=0),
     }
