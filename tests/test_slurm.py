@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -306,17 +307,18 @@ def overdue(slurm_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) ->
         process.kill()
 
 
-SPLIT_STEPS = 60
+SPLIT_STEPS = 70
 SPLIT_STEP_S = 1.5
-"""The split trial's steps and the sleep after each: 90 s of training, on one-minute jobs."""
+"""The split trial's steps and the sleep after each: 105 s of training, on two-minute jobs,
+each warned 30 s before its end (up to a minute earlier: 30-90 s after it started)."""
 SPLIT_EVERY = 2
 """Steps between its checkpoints (3 s)."""
 
 
 @pytest.fixture(scope="session")
 def split(slurm_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Split]:
-    """A trial of about 90 s of training on one-minute Slurm jobs (`slurm.job_time_s: 60`),
-    checkpointing every 3 s: started with the module's first test, checked last
+    """A trial of about 105 s of training on two-minute Slurm jobs (`slurm.job_time_s: 120`,
+    the shortest), checkpointing every 3 s: started with the module's first test, checked last
     (`finish_last`), as it spans two or more jobs and their requeues."""
     directory = tmp_path_factory.mktemp("split")
     every = SPLIT_EVERY
@@ -328,7 +330,7 @@ def split(slurm_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
         seeds="[0]",
         name="split",
         limit=600,
-        job_time_s=60,
+        job_time_s=120,
     )
     db = f"sqlite:///{directory / 'split.db'}"
     log = directory / "driver.log"
@@ -481,7 +483,7 @@ def test_a_trial_longer_than_its_slurm_jobs_completes_over_several_with_identica
     assert restarts(job) >= 1  # two jobs or more
     assert trial.resumes >= 1  # each from its checkpoint, recomputing at most one interval
     assert trial.recomputed_steps <= SPLIT_EVERY * trial.resumes
-    assert count(split.db, MetricPoint, trial.id) == 3 * 4  # three evaluations, nothing twice
+    assert count(split.db, MetricPoint, trial.id) == 4 * 4  # four evaluations, nothing twice
     local = f"sqlite:///{tmp_path / 'local.db'}"
     with pytest.MonkeyPatch.context() as patch:  # no sleep: the same numbers, in seconds
         patch.setenv("LAYERBENCH_CHECKPOINTS", str(tmp_path / "checkpoints"))
@@ -517,12 +519,15 @@ def test_a_trial_longer_than_its_jobs_is_warned_and_requeued_within_its_time_lim
     from harness.spec.schema import ResourcesSpec, SlurmSpec
 
     (trial, *_) = plan_suite(load_suite(tiny_suite))
-    one_job = executor_parameters(trial, ResourcesSpec(), SlurmSpec(time_grace_s=0))
-    limit = trial.recipe.time_limit_s
-    assert one_job["additional_parameters"]["time"] == slurm_time(limit)
-    assert one_job["signal_delay_s"] == min(90, 60 * math.ceil(limit / 60) // 2)
-    split = executor_parameters(trial, ResourcesSpec(), SlurmSpec(job_time_s=60))
-    assert (split["additional_parameters"]["time"], split["signal_delay_s"]) == ("0:01:00", 30)
+    one_job = executor_parameters(trial, ResourcesSpec(), SlurmSpec(time_grace_s=600))
+    seconds = 60 * math.ceil((trial.recipe.time_limit_s + 600) / 60)
+    assert one_job["additional_parameters"]["time"] == slurm_time(seconds)
+    assert one_job["signal_delay_s"] == 90
+    split = executor_parameters(trial, ResourcesSpec(), SlurmSpec(job_time_s=120))
+    assert (split["additional_parameters"]["time"], split["signal_delay_s"]) == ("0:02:00", 30)
+    tiny = replace(trial, recipe=replace(trial.recipe, time_limit_s=1))
+    shortest = executor_parameters(tiny, ResourcesSpec(), SlurmSpec(time_grace_s=0))
+    assert shortest["additional_parameters"]["time"] == "0:02:00"  # a minute could be warned
 
     requeued: list[int] = []
     job = SlurmTrial("k" * 64, budget_s=600, warning_s=30, spent_s=400)

@@ -68,7 +68,7 @@ SlurmFolderOption = Annotated[
 SlurmJobTimeOption = Annotated[
     float | None,
     typer.Option(
-        min=1,
+        min=120,
         rich_help_panel=BACKEND_PANEL,
         help="Seconds per Slurm job when the partition's limit is shorter than a trial: it is "
         "requeued from its checkpoints (suite: slurm.job_time_s).",

@@ -63,8 +63,12 @@ ENDED_STATES = frozenset(
 # neither in squeue nor in sacct, before its trial is given up.
 VANISHED_AFTER_S = 60.0
 WARNING_S = 90
-"""How long before a job's time limit Slurm warns it (`--signal=USR2@90`, submitit's default);
-at most half the job, so a one-minute job is warned after it started its trial."""
+"""How long before a job's time limit Slurm warns it (`--signal=USR2@90`, submitit's default)."""
+EARLY_S = 60
+"""Slurm may send that warning up to a minute before its time (sbatch(1), `--signal`)."""
+MIN_JOB_S = 120
+"""The shortest job: one of a minute could be warned as it starts, before the trial's process
+handles the signal (it then dies of it)."""
 log = logging.getLogger(__name__)
 
 
@@ -115,17 +119,19 @@ def job_resources(device: str, resources: ResourcesSpec) -> dict[str, Any]:
 
 
 def job_seconds(trial: PlannedTrial, slurm: SlurmSpec) -> int:
-    """Each job's time limit in seconds, whole minutes: the trial's `time_limit_s` plus the
-    grace, or `slurm.job_time_s` where that is shorter (the trial spans several jobs)."""
+    """Each job's time limit in seconds, whole minutes, at least MIN_JOB_S: the trial's
+    `time_limit_s` plus the grace, or `slurm.job_time_s` where that is shorter (the trial spans
+    several jobs)."""
     limit = trial.recipe.time_limit_s + slurm.time_grace_s
     if slurm.job_time_s is not None:
         limit = min(limit, slurm.job_time_s)
-    return 60 * max(1, math.ceil(limit / 60))
+    return max(MIN_JOB_S, 60 * math.ceil(limit / 60))
 
 
 def warning_s(seconds: int) -> int:
-    """How long before the end of a job of `seconds` Slurm signals it."""
-    return min(WARNING_S, seconds // 2)
+    """How long before the end of a job of `seconds` Slurm signals it: WARNING_S, less in a
+    short job, so that even a signal EARLY_S early comes 30 s or more after the job started."""
+    return min(WARNING_S, seconds - EARLY_S - 30)
 
 
 def executor_parameters(
