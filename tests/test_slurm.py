@@ -530,13 +530,22 @@ def test_a_trial_longer_than_its_jobs_is_warned_and_requeued_within_its_time_lim
     assert shortest["additional_parameters"]["time"] == "0:02:00"  # a minute could be warned
 
     requeued: list[int] = []
-    job = SlurmTrial("k" * 64, budget_s=600, warning_s=30, spent_s=400)
+
+    def requeue(signum: int, frame: object) -> None:
+        requeued.append(signum)
+
+    job = SlurmTrial("k" * 64, budget_s=600, job_s=120, warning_s=30, spent_s=400)
+    job.started = time.monotonic() - 20  # Slurm warns a requeued job as it starts: ignored
+    job.on_warning(requeue, 12, None)
+    assert requeued == [] and not job.warned
     job.started = time.monotonic() - 60  # this job has run a minute: 460 s of 600 spent
-    job.on_warning(lambda signum, frame: requeued.append(signum), 12, None)
+    job.on_warning(requeue, 12, None)
     assert requeued == [12]  # 460 + 30 < 600: the budget outlasts this job
-    job.spent_s = 520  # 580 + 30 >= 600: the trial ends with this job, at its limit
-    job.on_warning(lambda signum, frame: requeued.append(signum), 12, None)
+    job.on_warning(requeue, 14, None)  # the job's own timer after Slurm's warning: once
     assert requeued == [12]
+    job.warned, job.spent_s = False, 520  # 580 + 30 >= 600: the trial ends with this job
+    job.on_warning(requeue, 14, None)
+    assert requeued == [12] and job.warned
     assert 580 <= job.spent() < 590
 
 

@@ -67,8 +67,7 @@ WARNING_S = 90
 EARLY_S = 60
 """Slurm may send that warning up to a minute before its time (sbatch(1), `--signal`)."""
 MIN_JOB_S = 120
-"""The shortest job: one of a minute could be warned as it starts, before the trial's process
-handles the signal (it then dies of it)."""
+"""The shortest job: one of a minute could be warned before its process handles the signal."""
 log = logging.getLogger(__name__)
 
 
@@ -82,6 +81,7 @@ class Submitted(Lease):
 
     job: Any  # submitit.Job[TrialResult]
     executor: Any  # submitit.SlurmExecutor that submitted it (a resubmission reuses it)
+    job_s: int
     retries_left: int
     missing_since: float | None = None
 
@@ -163,12 +163,16 @@ MAX_JOBS_PER_TRIAL = 100
 class SlurmTrial:
     """A Slurm task: run the trial in this (fresh) process and return its result to the driver.
 
-    It follows submitit's checkpointing protocol: at Slurm's warning before a time limit or a
-    preemption (`--signal=USR2@WARNING_S`) submitit calls `checkpoint`, which asks for the same
-    task again, and requeues the job; the trial's process ends there and the requeued job
-    resumes it from its newest checkpoint (`harness.runner.checkpoint`), so a trial longer than
-    the partition's `--time` completes over several jobs, recomputing at most one checkpoint
-    interval each time. A trial without a checkpoint starts again.
+    It follows submitit's checkpointing protocol: at the warning before its job's time limit
+    submitit calls `checkpoint`, which asks for the same task again, and requeues the job; the
+    trial's process ends there and the requeued job resumes it from its newest checkpoint
+    (`harness.runner.checkpoint`), so a trial longer than the partition's `--time` completes over
+    several jobs, recomputing at most one checkpoint interval each time. A trial without a
+    checkpoint starts again.
+
+    The warning is Slurm's (`--signal=USR2@warning_s`) or this process's own timer's, whichever
+    comes first: Slurm may warn up to a minute early, and warns a requeued job as it starts, so a
+    warning before `job_s - warning_s - EARLY_S` is ignored (the timer's comes).
 
     The trial's `time_limit_s` is its budget over all its jobs: their running time counts from
     the trial's first start (time queued between jobs does not, as on the other backends). A
@@ -179,25 +183,38 @@ class SlurmTrial:
     key: str
     budget_s: float
     """The trial's `time_limit_s`."""
+    job_s: float
+    """Its job's time limit."""
     warning_s: float
-    """How long before its job's time limit the warning comes."""
+    """How long before its job's time limit it is warned."""
     spent_s: float = 0.0
     """The running time of the trial's earlier jobs."""
     started: float = field(default_factory=time.monotonic, compare=False)
+    warned: bool = field(default=False, compare=False)
 
     def __call__(self, config: dict[str, Any]) -> TrialResult:
-        self.started = time.monotonic()
+        self.started, self.warned = time.monotonic(), False
         requeue = signal.getsignal(signal.SIGUSR2)  # submitit's handler, in a Slurm job
         if callable(requeue):
-            signal.signal(signal.SIGUSR2, functools.partial(self.on_warning, requeue))
+            on_warning = functools.partial(self.on_warning, requeue)
+            signal.signal(signal.SIGUSR2, on_warning)
+            signal.signal(signal.SIGALRM, on_warning)
+            signal.setitimer(signal.ITIMER_REAL, self.job_s - self.warning_s)
         return run_in_worker(config, self.key)
+
+    def elapsed(self) -> float:
+        """This job's running time."""
+        return time.monotonic() - self.started
 
     def spent(self) -> float:
         """The trial's running time over its jobs, this one included."""
-        return self.spent_s + time.monotonic() - self.started
+        return self.spent_s + self.elapsed()
 
     def on_warning(self, requeue: Any, signum: int, frame: Any) -> None:
-        """Slurm's warning: requeue (submitit's handler) while the budget outlasts this job."""
+        """The warning: requeue (submitit's handler) while the budget outlasts this job."""
+        if self.warned or self.elapsed() < self.job_s - self.warning_s - EARLY_S:
+            return
+        self.warned = True
         if self.spent() + self.warning_s < self.budget_s:
             requeue(signum, frame)
             return
@@ -279,12 +296,15 @@ def run_slurm(
             batch = claim_batch(pending, ledger, progress, slurm.array_parallelism - len(active))
             if batch:
                 executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=MAX_JOBS_PER_TRIAL)
-                parameters = executor_parameters(batch[0], resources, slurm)
-                executor.update_parameters(**parameters)
-                jobs = submit(executor, batch, parameters["signal_delay_s"])
-                for trial, job in zip(batch, jobs, strict=True):
+                executor.update_parameters(**executor_parameters(batch[0], resources, slurm))
+                job_s = job_seconds(batch[0], slurm)
+                for trial, job in zip(batch, submit(executor, batch, job_s), strict=True):
                     active[job.job_id] = Submitted(
-                        trial=trial, job=job, executor=executor, retries_left=slurm.max_retries
+                        trial=trial,
+                        job=job,
+                        executor=executor,
+                        job_s=job_s,
+                        retries_left=slurm.max_retries,
                     )
                     progress.started(trial)
             collect(active, ledger, progress, results)
@@ -314,13 +334,13 @@ def alike(first: PlannedTrial, other: PlannedTrial) -> bool:
     return (one.time_limit_s, one.device) == (two.time_limit_s, two.device)
 
 
-def submit(executor: Any, batch: list[PlannedTrial], warning: float) -> list[Any]:
-    """One job array for the batch (a single job when it has one trial), each job warned
-    `warning` seconds before its time limit."""
+def submit(executor: Any, batch: list[PlannedTrial], job_s: int) -> list[Any]:
+    """One job array for the batch (a single job when it has one trial), of jobs of `job_s`."""
     with executor.batch():
         jobs = [
             executor.submit(
-                SlurmTrial(trial.key, trial.recipe.time_limit_s, warning), worker_config(trial)
+                SlurmTrial(trial.key, trial.recipe.time_limit_s, job_s, warning_s(job_s)),
+                worker_config(trial),
             )
             for trial in batch
         ]
@@ -348,8 +368,7 @@ def collect(
             if state in RETRY_STATES and submitted.retries_left > 0:
                 del active[job_id]
                 ledger.add_attempt(submitted.trial)
-                warning = submitted.executor.parameters["signal_delay_s"]
-                (job,) = submit(submitted.executor, [submitted.trial], warning)
+                (job,) = submit(submitted.executor, [submitted.trial], submitted.job_s)
                 active[job.job_id] = replace(
                     submitted, job=job, retries_left=submitted.retries_left - 1
                 )
