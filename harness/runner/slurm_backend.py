@@ -4,13 +4,12 @@ Trials are claimed through the same ledger as the local and Ray backends and sto
 code (`claim_next`, `record`) the moment their job ends, so SQL and MLflow see no difference.
 The driver claims at most `array_parallelism` trials at a time and submits each batch as one job
 array; each task asks for the suite's `resources:` (CPUs, GPUs, memory) and a time limit of
-`time_limit_s` plus a grace, or `slurm.job_time_s` when that is shorter: then the trial goes on
-over several jobs (`SlurmTrial`), its `time_limit_s` counting their running time together. The
-job pickles its `TrialResult` into the job folder (which the nodes and the driver share); a job
-that ends without one (cancelled, out of time, out of memory, node lost) is read from Slurm's
-record of it: `TIMEOUT` is stored as `timeout`, a node failure or a preemption is resubmitted up
-to `max_retries` times (each an attempt in SQL), and anything else is `failed` with Slurm's state
-as the reason. submitit: https://github.com/facebookincubator/submitit
+`time_limit_s` plus a grace, or `slurm.job_time_s` if shorter: the trial then spans several jobs
+(`SlurmTrial`). The job pickles its `TrialResult` into the job folder (which the nodes and the
+driver share); a job that ends without one (cancelled, out of time or memory, node lost) is read
+from Slurm's record of it: `TIMEOUT` is stored as `timeout`, a node failure or a preemption is
+resubmitted up to `max_retries` times (each an attempt in SQL), and anything else is `failed`
+with Slurm's state as the reason. submitit: https://github.com/facebookincubator/submitit
 """
 
 from __future__ import annotations
@@ -62,12 +61,9 @@ ENDED_STATES = frozenset(
 # How long a job may show no result after it COMPLETED (a shared filesystem's caches), or be
 # neither in squeue nor in sacct, before its trial is given up.
 VANISHED_AFTER_S = 60.0
-WARNING_S = 90
-"""How long before a job's time limit Slurm warns it (`--signal=USR2@90`, submitit's default)."""
-EARLY_S = 60
-"""Slurm may send that warning up to a minute before its time (sbatch(1), `--signal`)."""
-MIN_JOB_S = 120
-"""The shortest job: one of a minute could be warned before its process handles the signal."""
+WARNING_S = 90  # how long before a job's time limit it is warned (submitit's `--signal=USR2@90`)
+EARLY_S = 60  # Slurm may send that warning up to a minute before its time (sbatch(1), `--signal`)
+MIN_JOB_S = 120  # a one-minute job could be warned before its process handles the signal
 log = logging.getLogger(__name__)
 
 
@@ -163,12 +159,11 @@ MAX_JOBS_PER_TRIAL = 100
 class SlurmTrial:
     """A Slurm task: run the trial in this (fresh) process and return its result to the driver.
 
-    It follows submitit's checkpointing protocol: at the warning before its job's time limit
-    submitit calls `checkpoint`, which asks for the same task again, and requeues the job; the
-    trial's process ends there and the requeued job resumes it from its newest checkpoint
-    (`harness.runner.checkpoint`), so a trial longer than the partition's `--time` completes over
-    several jobs, recomputing at most one checkpoint interval each time. A trial without a
-    checkpoint starts again.
+    It follows submitit's checkpointing protocol: warned before its job's time limit, submitit
+    calls `checkpoint`, which asks for the same task again, and requeues the job, which resumes
+    the trial from its newest checkpoint (`harness.runner.checkpoint`): a trial longer than the
+    partition's `--time` completes over several jobs, recomputing at most a checkpoint interval
+    each time.
 
     The warning is Slurm's (`--signal=USR2@warning_s`) or this process's own timer's, whichever
     comes first: Slurm may warn up to a minute early, and warns a requeued job as it starts, so a
@@ -190,7 +185,7 @@ class SlurmTrial:
     spent_s: float = 0.0
     """The running time of the trial's earlier jobs."""
     started: float = field(default_factory=time.monotonic, compare=False)
-    warned: bool = field(default=False, compare=False)
+    warned: bool = field(default=False, compare=False)  # once per job
 
     def __call__(self, config: dict[str, Any]) -> TrialResult:
         self.started, self.warned = time.monotonic(), False
@@ -200,7 +195,11 @@ class SlurmTrial:
             signal.signal(signal.SIGUSR2, on_warning)
             signal.signal(signal.SIGALRM, on_warning)
             signal.setitimer(signal.ITIMER_REAL, self.job_s - self.warning_s)
-        return run_in_worker(config, self.key)
+        try:
+            return run_in_worker(config, self.key)
+        finally:
+            self.warned = True  # a warning as its result is saved must not requeue it
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
     def elapsed(self) -> float:
         """This job's running time."""
