@@ -1,6 +1,7 @@
 """The reliability campaign of docs/reliability.md: kills, concurrent runners, stale claims, faults.
 
     python benchmarks/reliability.py kill --db sqlite|postgresql --kills 20
+    python benchmarks/reliability.py resume --db sqlite|postgresql --kills 20  (checkpoints)
     python benchmarks/reliability.py concurrency --db sqlite|postgresql --runners 4
     python benchmarks/reliability.py stale --db sqlite|postgresql
     python benchmarks/reliability.py faults
@@ -357,7 +358,7 @@ def remote_lease(url: str, suite: Path) -> dict[str, bool]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("campaign", choices=["kill", "concurrency", "stale", "faults"])
+    parser.add_argument("campaign", choices=["kill", "resume", "concurrency", "stale", "faults"])
     parser.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--runners", type=int, default=4)
@@ -365,6 +366,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.campaign == "kill":
         figures = kill_campaign(args.db, args.kills, args.trials)
+    elif args.campaign == "resume":
+        from benchmarks.resume_campaign import resume_campaign
+
+        figures = resume_campaign(args.db, args.kills)
     elif args.campaign == "concurrency":
         figures = concurrency(args.db, args.runners, args.trials)
     elif args.campaign == "stale":

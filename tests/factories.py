@@ -189,6 +189,7 @@ class StubRecipe:
 
     config: dict[str, Any]
     task_entry = SimpleNamespace(name="")
+    evaluation = None  # no lm-eval task of a fine-tuning method's `evaluate`
 
 
 def planned(

@@ -6,27 +6,38 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from benchmarks.reliability import environment, start
+from harness.core import Status
 from harness.lazy_registry import Registry
+from harness.methods.optimizers import make_optimizer
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import LAYERWISE, OPTIMIZERS
 from harness.runner.catalog import MEASURED_METRICS
-from harness.runner.checkpoint import CheckpointError, check_writable
+from harness.runner.checkpoint import (
+    CheckpointError,
+    Checkpoints,
+    LoopState,
+    Training,
+    check_writable,
+)
 from harness.runner.checkpoint_paths import CHECKPOINTS_ENV, trial_folder
-from harness.runner.trial import run_trial
+from harness.runner.trial import Clock, run_trial
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
+from harness.spec.sections import CheckpointSpec, OptimizerSpec
 from harness.store.db import open_database
 from harness.store.models import MetricPoint, Result, Trial
-from tests.factories import invoke, write_suite
+from tests.factories import invoke, tiny_llama, trials_by_key, write_suite
 
 STEPS, INTERRUPT_AT = 6, 5
 TIMING = set(MEASURED_METRICS)  # never identical between two runs
@@ -49,7 +60,7 @@ def interrupt(step: int, total: int, loss: float) -> None:
 
 PRETRAINED_ONLY = {"lora"}
 """Wrappers of a Hugging Face model only (peft's LoRA): the built-in gpt trial here cannot use
-them (their fine-tune trials are tests/test_finetune.py's)."""
+them (`test_a_lora_fine_tune_resumes_to_identical_numbers` covers LoRA on a tiny Llama)."""
 
 
 def built_in(registry: Registry[Any]) -> list[str]:
@@ -255,3 +266,98 @@ def test_default_rule_runs_without_checkpoints_where_the_folder_is_not_writable(
     monkeypatch.setenv(CHECKPOINTS_ENV, str(blocker / "checkpoints"))
     (trial, *_) = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}", steps=4)))
     assert run_trial(trial.config, key=trial.key).status == "done"
+
+
+@pytest.mark.slow
+def test_a_failed_trial_rerun_with_retry_failed_resumes_from_its_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plugin = "plugins: [tests.plugins.pidfile]\n"
+    method = "pre-ln: {optimizer: {name: adamw-pidfile}}"
+    suite = write_suite(tmp_path, method, steps=60, eval_every=10, extra=plugin)
+    suite.write_text(
+        suite.read_text()
+        .replace("seeds: [0, 1]", "seeds: [0]")
+        .replace("eval_batches: 2}", "eval_batches: 2, log_every: 1, checkpoint: {every: 5}}")
+    )
+    folder, pids = tmp_path / "checkpoints", tmp_path / "pids"
+    pids.mkdir()
+    url = f"sqlite:///{tmp_path / 'failed.db'}"
+    env = environment(tmp_path, LAYERBENCH_CHECKPOINTS=str(folder), LAYERBENCH_TEST_PIDS=str(pids))
+    runner = start(suite, url, env, "--no-mlflow")
+    deadline = time.monotonic() + 300
+    while not list(folder.glob("*/step-00000015.pt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (trial_pid,) = [int(p.name) for p in pids.iterdir()]
+    os.kill(trial_pid, signal.SIGKILL)  # the trial's process, not the runner: stored `failed`
+    assert runner.wait(timeout=120) == 1
+    (key,) = [p.name for p in folder.iterdir()]
+    assert trials_by_key(url)[key].status == "failed"
+    assert list((folder / key).glob("step-*.pt"))  # kept for the retry
+    monkeypatch.setenv(CHECKPOINTS_ENV, str(folder))
+    monkeypatch.setenv("LAYERBENCH_TEST_PIDS", str(pids))
+    retried = invoke("run", str(suite), "--db", url, "--no-mlflow", "--retry-failed")
+    assert retried.exit_code == 0, retried.output
+    monkeypatch.setenv(CHECKPOINTS_ENV, str(tmp_path / "fresh"))
+    whole_url = f"sqlite:///{tmp_path / 'whole.db'}"
+    assert invoke("run", str(suite), "--db", whole_url, "--no-mlflow").exit_code == 0
+    resumed, whole = stored(url)[key], stored(whole_url)[key]
+    assert resumed[0] == "done" and resumed[1] == 1 and resumed[2] <= 5
+    assert resumed[3:] == whole[3:] and whole[1:3] == (0, 0)
+    assert trials_by_key(url)[key].attempts == 2
+
+
+LORA_STEPS, LORA_STOP = 6, 5
+
+
+def lora_run(stop_after: int | None = None) -> tuple[list[float], dict[str, torch.Tensor], int]:
+    """A tiny Llama fine-tuned with LoRA (peft's adapters, dropout on: the RNG matters) for
+    LORA_STEPS steps, checkpointing every 2 under the key `lora`, resuming from its newest
+    checkpoint; stopped after `stop_after` steps (a kill). Its losses, final weights, resumes."""
+    model = tiny_llama(300, 2).train()
+    spec = {"name": "adamw", "lr": 1e-2, "layerwise": {"name": "lora", "r": 4, "dropout": 0.1}}
+    optimizer = make_optimizer(model, OptimizerSpec.model_validate(spec))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 / (1 + step))
+    data = torch.Generator().manual_seed(0)
+    training = Training(
+        model,
+        optimizer,
+        scheduler,
+        torch.amp.GradScaler("cpu", enabled=False),
+        data,
+        LoopState(),
+        TrialResult(Status.RUNNING),
+        Clock(),
+    )
+    checkpoints = Checkpoints("lora", "{}", CheckpointSpec(every=2))
+    for step in range(checkpoints.resume(training) + 1, LORA_STEPS + 1):
+        ids = torch.randint(0, 300, (2, 16), generator=data)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        training.loop.window.append(loss.item())
+        if step < LORA_STEPS and checkpoints.due(step, False, 0.0):
+            checkpoints.save(step, training)
+        if step == stop_after:
+            break
+    return training.loop.window, model.state_dict(), training.result.resumes
+
+
+def test_a_lora_fine_tune_resumes_to_identical_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LoRA (Hugging Face models only, so not in the registry-wide test above): the adapters,
+    their optimizer group and the dropout's RNG come back from the checkpoint."""
+    monkeypatch.setenv(CHECKPOINTS_ENV, str(tmp_path / "whole"))
+    whole_losses, whole_weights, _ = lora_run()
+    monkeypatch.setenv(CHECKPOINTS_ENV, str(tmp_path / "killed"))
+    stopped, _, _ = lora_run(stop_after=LORA_STOP)
+    assert len(stopped) == LORA_STOP
+    resumed_losses, resumed_weights, resumes = lora_run()
+    assert resumes == 1
+    assert resumed_losses == whole_losses and len(whole_losses) == LORA_STEPS
+    assert resumed_weights.keys() == whole_weights.keys()
+    assert any("lora_" in name for name in whole_weights)
+    assert all(torch.equal(resumed_weights[k], whole_weights[k]) for k in whole_weights)

@@ -1,6 +1,7 @@
 """The Ray backend on a local Ray instance: same numbers as the local backend, a killed trial
 process and a killed worker are each retried, then `failed`, and a rerun completes the trial,
-and a Ray and a local driver on one PostgreSQL database never run a trial twice."""
+a retried task resumes its trial from its checkpoint, and a Ray and a local driver on one
+PostgreSQL database never run a trial twice."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from harness.runner.catalog import MEASURED_METRICS
+from harness.runner.checkpoint_paths import trial_folder
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint, Result
 from tests.factories import ROOT, count, invoke, run_beside, run_process, trials_by_key
+from tests.test_checkpoint import stored
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -30,7 +33,8 @@ suite: {name}
 seeds: {seeds}
 defaults:
   time_limit_s: 120
-  train: {{steps: {steps}, batch_size: 4, warmup_steps: 1, eval_every: 5, eval_batches: 1}}
+  train: {{steps: {steps}, batch_size: 4, warmup_steps: 1, eval_every: {eval_every},
+    eval_batches: 1}}
   optimizer: {{name: adamw, lr: 3.0e-3}}
 models:
   gpt-1l: {{type: gpt, n_layers: 1, d_model: 16, n_heads: 2, max_seq_len: 32}}
@@ -43,11 +47,17 @@ plugins: [tests.plugins.pidfile]
 
 
 def suite_file(
-    directory: Path, methods: str, seeds: str = "[0, 1]", steps: int = 10, name: str = "tiny"
+    directory: Path,
+    methods: str,
+    seeds: str = "[0, 1]",
+    steps: int = 10,
+    name: str = "tiny",
+    eval_every: int = 5,
 ) -> Path:
     body = "\n".join(f"  {line}" for line in methods.strip().splitlines())
     path = directory / "suite.yaml"
-    path.write_text(SUITE.format(name=name, seeds=seeds, steps=steps, methods=body))
+    text = SUITE.format(name=name, seeds=seeds, steps=steps, methods=body, eval_every=eval_every)
+    path.write_text(text)
     return path
 
 
@@ -62,6 +72,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
         patch.setenv("RAY_worker_niceness", "0")  # as the backend sets it: see WORKER_NICENESS
         patch.setenv("HF_HUB_OFFLINE", "1")
         patch.setenv("LAYERBENCH_TEST_PIDS", str(pids))
+        patch.setenv("LAYERBENCH_CHECKPOINTS", str(tmp_path_factory.mktemp("checkpoints")))
         patch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
         context = ray.init(  # "local": a new instance, even if another runs on this machine
             address="local",
@@ -215,6 +226,48 @@ def test_a_killed_trial_and_a_killed_worker_are_retried_then_failed_and_a_rerun_
     assert again["pre-ln"].ended_at == stored["pre-ln"].ended_at  # not run again
     for trial in after.values():  # two evaluations, four series each, nothing twice
         assert count(db, MetricPoint, trial.id) == 2 * 4
+
+
+def test_a_retried_task_resumes_its_trial_from_its_checkpoint(
+    ray_cluster: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker running a checkpointing trial is killed mid-trial: Ray's retry forks a trial
+    that resumes from the newest checkpoint, to the numbers of an uninterrupted run."""
+    address, pids = ray_cluster
+    train = "{log_every: 10, checkpoint: {every: 200}}"
+    suite = suite_file(
+        tmp_path,
+        f"watched: {{optimizer: {{name: adamw-pidfile}}, train: {train}}}",
+        seeds="[0]",
+        steps=4000,
+        eval_every=1000,
+        name="resume",
+    )
+    (trial,) = plan_suite(load_suite(suite))
+    db = f"sqlite:///{tmp_path / 'resume.db'}"
+    run = ["run", str(suite), "--db", db, "--no-mlflow", "--backend", "ray"]
+    log = tmp_path / "driver.log"
+    seen = {p.name for p in pids.iterdir()}
+    with log.open("w") as sink:
+        command = [sys.executable, "-m", "harness", *run, "--ray-address", address]
+        driver = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
+    first = wait_for_new_pid(pids, seen, driver, log)
+    deadline = time.monotonic() + 120
+    while not list(trial_folder(trial.key).glob("step-*.pt")) and time.monotonic() < deadline:
+        assert driver.poll() is None, log.read_text()
+        time.sleep(0.05)
+    os.kill(parent_of(parent_of(first)), signal.SIGKILL)  # its Ray worker
+    assert wait_gone(first), "the trial outlived its worker"
+    assert driver.wait(timeout=300) == 0, log.read_text()
+    stored_trial = trials_by_key(db)[trial.key]
+    assert stored_trial.status == "done" and stored_trial.attempts == 2
+    assert stored_trial.resumes == 1 and stored_trial.recomputed_steps <= 200
+    assert not trial_folder(trial.key).exists()  # removed once its result was stored
+    monkeypatch.setenv("LAYERBENCH_CHECKPOINTS", str(tmp_path / "local-checkpoints"))
+    whole = f"sqlite:///{tmp_path / 'whole.db'}"
+    assert invoke("run", str(suite), "--db", whole, "--no-mlflow").exit_code == 0
+    resumed, uninterrupted = stored(db)[trial.key], stored(whole)[trial.key]
+    assert resumed[3:] == uninterrupted[3:]  # final metrics and every series point
 
 
 def test_a_ray_and_a_local_driver_on_postgresql_never_run_a_trial_twice(

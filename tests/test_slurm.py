@@ -1,13 +1,16 @@
 """The Slurm backend on a real one-node Slurm this module starts (munge, slurmctld, slurmd on
 127.0.0.1): same numbers as the local backend, a cancelled job is `failed` with Slurm's reason
-and a rerun completes it, a job past its Slurm time limit is `timeout`, and a Slurm and a local
-driver on one PostgreSQL database never run a trial twice.
+and a rerun completes it, a job past its Slurm time limit with its trial's time spent is
+`timeout`, a trial longer than its jobs' time limit completes over several jobs with the numbers
+of an uninterrupted run, a requeued job resumes its trial, and a Slurm and a local driver on one
+PostgreSQL database never run a trial twice.
 
 Skipped where Debian's slurm-wlm and munge are not installed or not run as root (the Makefile's
 `slurm` target installs them)."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -16,15 +19,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
+from harness.runner.slurm_backend import slurm_time
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint
 from tests.factories import ROOT, count, invoke, run_beside, trials_by_key
+from tests.test_checkpoint import stored
 from tests.test_ray import final_metrics, nightly_beside
 
 pytest.importorskip("submitit")
@@ -45,8 +51,8 @@ tasks:
   bytes: {{type: lm, corpus: shakespeare, tokenizer: byte, seq_len: 16}}
 methods:
 {methods}
-slurm: {{folder: {folder}, time_grace_s: 0}}
-plugins: [tests.plugins.pidfile]
+slurm: {{folder: {folder}, time_grace_s: 0{slurm}}}
+plugins: [tests.plugins.pidfile, tests.plugins.slowstep]
 """
 
 CONF = """\
@@ -83,10 +89,11 @@ PartitionName=test Nodes=node0 Default=YES MaxTime=INFINITE State=UP
 """
 
 
-# Job slots on the node: the held trials (the overdue one, the one the cancel test waits in) only
-# sleep, so the node offers more slots than the machine has cores (`config_overrides` keeps
-# slurmd from draining it for that), and a test's two trials run beside a held one, not after it.
-SLOTS = max(4, os.cpu_count() or 1)
+# Job slots on the node: the held trials (the overdue one, the one the cancel test waits in, the
+# one split over several jobs) mostly sleep, so the node offers more slots than the machine has
+# cores (`config_overrides` keeps slurmd from draining it for that), and a test's two trials run
+# beside the held ones, not after them.
+SLOTS = max(6, os.cpu_count() or 1)
 
 
 class Cluster(NamedTuple):
@@ -98,6 +105,14 @@ class Overdue(NamedTuple):
     driver: subprocess.Popen[str]
     db: str
     log: Path
+
+
+class Split(NamedTuple):
+    driver: subprocess.Popen[str]
+    db: str
+    log: Path
+    suite: Path
+    jobs: Path
 
 
 def free_port() -> int:
@@ -244,14 +259,18 @@ def suite_file(
     seeds: str = "[0, 1]",
     name: str = "tiny",
     limit: float = 300,
+    job_time_s: float | None = None,
 ) -> Path:
     """A suite of tiny trials. submitit asks Slurm for SIGUSR2 90 s before a job's limit, which
     ends a job still unpickling its trial (importing torch): the limit leaves a loaded machine
-    minutes for that."""
+    minutes for that (a one-minute job is warned 30 s before its end)."""
     body = "\n".join(f"  {line}" for line in methods.strip().splitlines())
     path = directory / f"{name}.yaml"
     folder = directory / "jobs"
-    path.write_text(SUITE.format(name=name, seeds=seeds, methods=body, folder=folder, limit=limit))
+    slurm = f", job_time_s: {job_time_s}" if job_time_s else ""
+    path.write_text(
+        SUITE.format(name=name, seeds=seeds, methods=body, folder=folder, limit=limit, slurm=slurm)
+    )
     return path
 
 
@@ -288,7 +307,46 @@ def overdue(slurm_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) ->
         process.kill()
 
 
-@pytest.mark.usefixtures("overdue")
+SPLIT_STEPS = 70
+SPLIT_STEP_S = 1.5
+"""The split trial's steps and the sleep after each: 105 s of training, on two-minute jobs,
+each warned 30 s before its end (up to a minute earlier: 30-90 s after it started)."""
+SPLIT_EVERY = 2
+"""Steps between its checkpoints (3 s)."""
+
+
+@pytest.fixture(scope="session")
+def split(slurm_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Split]:
+    """A trial of about 105 s of training on two-minute Slurm jobs (`slurm.job_time_s: 120`,
+    the shortest), checkpointing every 3 s: started with the module's first test, checked last
+    (`finish_last`), as it spans two or more jobs and their requeues."""
+    directory = tmp_path_factory.mktemp("split")
+    every = SPLIT_EVERY
+    train = f"{{steps: {SPLIT_STEPS}, eval_every: 20, log_every: {every}, "
+    train += f"checkpoint: {{every: {every}}}}}"
+    suite = suite_file(
+        directory,
+        f"slow: {{optimizer: {{name: adamw-slow}}, train: {train}}}",
+        seeds="[0]",
+        name="split",
+        limit=600,
+        job_time_s=120,
+    )
+    db = f"sqlite:///{directory / 'split.db'}"
+    log = directory / "driver.log"
+    env = cluster_environment(slurm_cluster, slurm_cluster.pids)
+    env |= {
+        "LAYERBENCH_CHECKPOINTS": str(directory / "checkpoints"),
+        "LAYERBENCH_TEST_STEP_S": str(SPLIT_STEP_S),
+    }
+    args = ["run", str(suite), "--db", db, "--no-mlflow", "--backend", "slurm"]
+    process = driver(args, log, **env)
+    yield Split(process, db, log, suite, directory / "jobs")
+    if process.poll() is None:
+        process.kill()
+
+
+@pytest.mark.usefixtures("overdue", "split")
 def test_slurm_and_local_store_identical_metrics(slurm: Cluster, tmp_path: Path) -> None:
     suite = suite_file(tmp_path, "post-ln: {norm: {placement: post}}")
     on_slurm, local = f"sqlite:///{tmp_path / 'slurm.db'}", f"sqlite:///{tmp_path / 'local.db'}"
@@ -394,15 +452,47 @@ def test_a_slurm_and_a_local_driver_on_postgresql_never_run_a_trial_twice(
 
 
 @pytest.mark.finish_last
-@pytest.mark.skip(
-    reason="issue 39 open: a Slurm job requeues itself at its time-limit signal, "
-    "so a trial past --time is requeued, not stored as a timeout"
-)
 def test_a_trial_past_its_slurm_time_limit_is_a_timeout(overdue: Overdue) -> None:
+    """Its time_limit_s (1 s) is spent when its one-minute job is warned: not requeued."""
     assert overdue.driver.wait(timeout=300) == 1, overdue.log.read_text()
     (trial,) = trials_by_key(overdue.db).values()
     assert trial.status == "timeout"
     assert "ran past its Slurm time limit" in trial.error, trial.error
+    assert "time_limit_s (1 s, over all its jobs) was spent" in trial.error, trial.error
+    assert trial.attempts == 1
+
+
+def restarts(job: str) -> int:
+    """How many times Slurm requeued a job (`scontrol show job`'s Restarts=N)."""
+    shown = subprocess.run(
+        ["scontrol", "show", "job", job], capture_output=True, text=True, check=True
+    )
+    found = re.search(r"Restarts=(\d+)", shown.stdout)
+    assert found, shown.stdout
+    return int(found.group(1))
+
+
+@pytest.mark.finish_last
+def test_a_trial_longer_than_its_slurm_jobs_completes_over_several_with_identical_metrics(
+    split: Split, slurm: Cluster, tmp_path: Path
+) -> None:
+    assert split.driver.wait(timeout=600) == 0, split.log.read_text()
+    (trial,) = trials_by_key(split.db).values()
+    assert trial.status == "done" and trial.attempts == 1, trial.error
+    (job,) = [folder.name for folder in split.jobs.iterdir() if folder.name.isdigit()]
+    assert restarts(job) >= 1  # two jobs or more
+    assert trial.resumes >= 1  # each from its checkpoint, recomputing at most one interval
+    assert trial.recomputed_steps <= SPLIT_EVERY * trial.resumes
+    assert count(split.db, MetricPoint, trial.id) == 4 * 4  # four evaluations, nothing twice
+    local = f"sqlite:///{tmp_path / 'local.db'}"
+    with pytest.MonkeyPatch.context() as patch:  # no sleep: the same numbers, in seconds
+        patch.setenv("LAYERBENCH_CHECKPOINTS", str(tmp_path / "checkpoints"))
+        patch.delenv("LAYERBENCH_TEST_STEP_S", raising=False)
+        ran = invoke("run", str(split.suite), "--db", local, "--no-mlflow")
+    assert ran.exit_code == 0, ran.output
+    resumed, whole = stored(split.db)[trial.key], stored(local)[trial.key]
+    assert resumed[3:] == whole[3:]  # final metrics and every series point, to the last digit
+    assert whole[1:3] == (0, 0)
 
 
 def test_job_resources_and_time_limit_follow_the_suite() -> None:
@@ -428,6 +518,44 @@ def test_job_resources_and_time_limit_follow_the_suite() -> None:
     assert slurm_time(1) == "0:01:00"
     assert slurm_time(900 + 60) == "0:16:00"
     assert slurm_time(2 * 3600 + 1) == "2:01:00"
+
+
+def test_a_trial_longer_than_its_jobs_is_warned_and_requeued_within_its_time_limit(
+    tiny_suite: Path,
+) -> None:
+    from harness.runner.slurm_backend import executor_parameters
+    from harness.runner.slurm_job import SlurmTrial
+    from harness.spec.schema import ResourcesSpec, SlurmSpec
+
+    (trial, *_) = plan_suite(load_suite(tiny_suite))
+    one_job = executor_parameters(trial, ResourcesSpec(), SlurmSpec(time_grace_s=600))
+    seconds = 60 * math.ceil((trial.recipe.time_limit_s + 600) / 60)
+    assert one_job["additional_parameters"]["time"] == slurm_time(seconds)
+    assert one_job["signal_delay_s"] == 90
+    split = executor_parameters(trial, ResourcesSpec(), SlurmSpec(job_time_s=120))
+    assert (split["additional_parameters"]["time"], split["signal_delay_s"]) == ("0:02:00", 30)
+    tiny = replace(trial, recipe=replace(trial.recipe, time_limit_s=1))
+    shortest = executor_parameters(tiny, ResourcesSpec(), SlurmSpec(time_grace_s=0))
+    assert shortest["additional_parameters"]["time"] == "0:02:00"  # a minute could be warned
+
+    requeued: list[int] = []
+
+    def requeue(signum: int, frame: object) -> None:
+        requeued.append(signum)
+
+    job = SlurmTrial("k" * 64, budget_s=600, job_s=120, warning_s=30, spent_s=400)
+    job.started = time.monotonic() - 20  # Slurm warns a requeued job as it starts: ignored
+    job.on_warning(requeue, 12, None)
+    assert requeued == [] and not job.warned
+    job.started = time.monotonic() - 60  # this job has run a minute: 460 s of 600 spent
+    job.on_warning(requeue, 12, None)
+    assert requeued == [12]  # 460 + 30 < 600: the budget outlasts this job
+    job.on_warning(requeue, 14, None)  # the job's own timer after Slurm's warning: once
+    assert requeued == [12]
+    job.warned, job.spent_s = False, 520  # 580 + 30 >= 600: the trial ends with this job
+    job.on_warning(requeue, 14, None)
+    assert requeued == [12] and job.warned
+    assert 580 <= job.spent() < 590
 
 
 def test_command_line_slurm_options_override_the_suite_and_a_bad_flag_is_invalid_input(
@@ -460,12 +588,8 @@ def test_a_requeued_job_resumes_its_trial_from_its_checkpoint(
     while not list(checkpoints.glob("*/step-*.pt")) and time.monotonic() < deadline:
         assert process.poll() is None, log.read_text()
         time.sleep(0.2)
-    jobs = subprocess.run(
-        ["squeue", "--noheader", "--states=RUNNING", "--format=%i"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    # its own job only: the session's overdue and split trials run beside it
+    jobs = [folder.name for folder in (tmp_path / "jobs").iterdir() if folder.name.isdigit()]
     subprocess.run(["scontrol", "requeue", *jobs], check=True)
     assert process.wait(timeout=600) == 0, log.read_text()
     (trial,) = trials_by_key(db).values()

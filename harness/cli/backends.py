@@ -65,6 +65,15 @@ SlurmFolderOption = Annotated[
         help="Slurm jobs' folder, shared with the nodes (suite: slurm.folder).",
     ),
 ]
+SlurmJobTimeOption = Annotated[
+    float | None,
+    typer.Option(
+        min=120,
+        rich_help_panel=BACKEND_PANEL,
+        help="Seconds per Slurm job when the partition's limit is shorter than a trial: it is "
+        "requeued from its checkpoints (suite: slurm.job_time_s).",
+    ),
+]
 SbatchOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -81,10 +90,11 @@ BACKEND_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("slurm_qos", SlurmQosOption, None),
     ("slurm_array_parallelism", SlurmArrayOption, None),
     ("slurm_folder", SlurmFolderOption, None),
+    ("slurm_job_time_s", SlurmJobTimeOption, None),
     ("sbatch", SbatchOption, None),
 )
 """Each backend option: its parameter name, its Typer annotation and its default."""
-SLURM_FLAGS = ("partition", "account", "qos", "array_parallelism", "folder")
+SLURM_FLAGS = ("partition", "account", "qos", "array_parallelism", "folder", "job_time_s")
 """The `slurm:` suite fields that a `--slurm-*` flag overrides."""
 
 

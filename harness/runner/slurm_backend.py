@@ -4,11 +4,12 @@ Trials are claimed through the same ledger as the local and Ray backends and sto
 code (`claim_next`, `record`) the moment their job ends, so SQL and MLflow see no difference.
 The driver claims at most `array_parallelism` trials at a time and submits each batch as one job
 array; each task asks for the suite's `resources:` (CPUs, GPUs, memory) and a time limit of
-`time_limit_s` plus a grace. The job pickles its `TrialResult` into the job folder (which the
-nodes and the driver share); a job that ends without one (cancelled, out of time, out of memory,
-node lost) is read from Slurm's record of it: `TIMEOUT` is stored as `timeout`, a node failure or
-a preemption is resubmitted up to `max_retries` times (each an attempt in SQL), and anything
-else is `failed` with Slurm's state as the reason. submitit: https://github.com/facebookincubator/submitit
+`time_limit_s` plus a grace, or `slurm.job_time_s` if shorter: the trial then spans several jobs
+(`SlurmTrial`). The job pickles its `TrialResult` into the job folder (which the nodes and the
+driver share); a job that ends without one (cancelled, out of time or memory, node lost) is read
+from Slurm's record of it: `TIMEOUT` is stored as `timeout`, a node failure or a preemption is
+resubmitted up to `max_retries` times (each an attempt in SQL), and anything else is `failed`
+with Slurm's state as the reason. submitit: https://github.com/facebookincubator/submitit
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ from harness.runner.backend import (
     claim_next,
     record,
     renew_leases,
-    run_in_worker,
     worker_config,
 )
+from harness.runner.slurm_job import MAX_JOBS_PER_TRIAL, SlurmTrial, job_seconds, warning_s
 from harness.spec.schema import ResourcesSpec, SlurmSpec, Suite
 
 POLL_S = 2.0
@@ -69,6 +70,7 @@ class Submitted(Lease):
 
     job: Any  # submitit.Job[TrialResult]
     executor: Any  # submitit.SlurmExecutor that submitted it (a resubmission reuses it)
+    job_s: int
     retries_left: int
     missing_since: float | None = None
 
@@ -114,11 +116,12 @@ def executor_parameters(
     trial: PlannedTrial, resources: ResourcesSpec, slurm: SlurmSpec
 ) -> dict[str, Any]:
     """submitit's SlurmExecutor parameters for a batch of trials like `trial`."""
-    limit = trial.recipe.time_limit_s + slurm.time_grace_s
-    extra: dict[str, Any] = {"time": slurm_time(limit), **slurm.sbatch}
+    seconds = job_seconds(trial, slurm)
+    extra: dict[str, Any] = {"time": slurm_time(seconds), **slurm.sbatch}
     parameters: dict[str, Any] = {
         "job_name": f"layerbench-{trial.suite}",
         "array_parallelism": slurm.array_parallelism,
+        "signal_delay_s": warning_s(seconds),
         "stderr_to_stdout": True,
         "additional_parameters": extra,
         **job_resources(trial.recipe.device, resources),
@@ -128,36 +131,6 @@ def executor_parameters(
     if slurm.setup:
         parameters["setup"] = list(slurm.setup)
     return parameters
-
-
-MAX_JOBS_PER_TRIAL = 100
-"""How many jobs one trial may span (submitit's `max_num_timeout`: requeues at a time limit)."""
-
-
-@dataclass(frozen=True)
-class SlurmTrial:
-    """A Slurm task: run the trial in this (fresh) process and return its result to the driver.
-
-    It follows submitit's checkpointing protocol: at Slurm's warning before a time limit or a
-    preemption (`--signal=USR2@90`, submitit's default) submitit calls `checkpoint`, which asks
-    for the same task again, and requeues the job; the trial's process ends there and the
-    requeued job resumes it from its newest checkpoint (`harness.runner.checkpoint`), so a
-    trial longer than the partition's `--time` completes over several jobs, recomputing at most
-    one checkpoint interval each time. A trial without a checkpoint starts again."""
-
-    key: str
-
-    def __call__(self, config: dict[str, Any]) -> TrialResult:
-        """One task's run: a rank of the trial when the job has several (rank 0's result is
-        the job's: submitit's `job.results()[0]`)."""
-        from harness.runner.distributed import export_slurm_ranks  # torch: in the job only
-
-        export_slurm_ranks()
-        return run_in_worker(config, self.key)
-
-    def checkpoint(self, config: dict[str, Any]) -> Any:
-        submitit = import_submitit()
-        return submitit.helpers.DelayedSubmission(self, config)
 
 
 def slurm_backend(suite: Suite, options: BackendOptions) -> Executor:
@@ -227,9 +200,14 @@ def run_slurm(
             if batch:
                 executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=MAX_JOBS_PER_TRIAL)
                 executor.update_parameters(**executor_parameters(batch[0], resources, slurm))
-                for trial, job in zip(batch, submit(executor, batch), strict=True):
+                job_s = job_seconds(batch[0], slurm)
+                for trial, job in zip(batch, submit(executor, batch, job_s), strict=True):
                     active[job.job_id] = Submitted(
-                        trial=trial, job=job, executor=executor, retries_left=slurm.max_retries
+                        trial=trial,
+                        job=job,
+                        executor=executor,
+                        job_s=job_s,
+                        retries_left=slurm.max_retries,
                     )
                     progress.started(trial)
             collect(active, ledger, progress, results)
@@ -259,10 +237,16 @@ def alike(first: PlannedTrial, other: PlannedTrial) -> bool:
     return (one.time_limit_s, one.device) == (two.time_limit_s, two.device)
 
 
-def submit(executor: Any, batch: list[PlannedTrial]) -> list[Any]:
-    """One job array for the batch (a single job when it has one trial)."""
+def submit(executor: Any, batch: list[PlannedTrial], job_s: int) -> list[Any]:
+    """One job array for the batch (a single job when it has one trial), of jobs of `job_s`."""
     with executor.batch():
-        jobs = [executor.submit(SlurmTrial(trial.key), worker_config(trial)) for trial in batch]
+        jobs = [
+            executor.submit(
+                SlurmTrial(trial.key, trial.recipe.time_limit_s, job_s, warning_s(job_s)),
+                worker_config(trial),
+            )
+            for trial in batch
+        ]
     return jobs
 
 
@@ -287,7 +271,7 @@ def collect(
             if state in RETRY_STATES and submitted.retries_left > 0:
                 del active[job_id]
                 ledger.add_attempt(submitted.trial)
-                (job,) = submit(submitted.executor, [submitted.trial])
+                (job,) = submit(submitted.executor, [submitted.trial], submitted.job_s)
                 active[job.job_id] = replace(
                     submitted, job=job, retries_left=submitted.retries_left - 1
                 )
@@ -313,8 +297,8 @@ def lost_job(job_id: str, state: str, trial: PlannedTrial) -> TrialResult:
         limit = trial.recipe.time_limit_s
         return TrialResult(
             Status.TIMEOUT,
-            error=f"slurm job {job_id} ran past its Slurm time limit (time_limit_s {limit:g} "
-            "plus grace) and was killed",
+            error=f"slurm job {job_id} ran past its Slurm time limit and was killed: the trial's "
+            f"time_limit_s ({limit:g} s, over all its jobs) was spent",
         )
     hint = " (see `scancel`)" if state == "CANCELLED" else ""
     return TrialResult(

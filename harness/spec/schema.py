@@ -203,7 +203,9 @@ class SlurmSpec(StrictModel):
     """How `--backend slurm` submits (sbatch options; the CLI's `--slurm-*` flags override).
 
     `folder` holds each job's pickled trial, result and logs: on a filesystem the nodes share.
-    The Slurm time limit is `time_limit_s` plus `time_grace_s`, rounded up to whole minutes."""
+    The Slurm time limit is `time_limit_s` plus `time_grace_s`, rounded up to whole minutes (at
+    least two), or `job_time_s` where that is shorter: the trial then continues over several
+    jobs from its checkpoints, within `time_limit_s` of running time over all of them."""
 
     partition: str | None = Field(None, description="sbatch --partition; None: the default.")
     account: str | None = Field(None, description="sbatch --account; None: the default.")
@@ -213,6 +215,13 @@ class SlurmSpec(StrictModel):
     )
     time_grace_s: NonNegativeFloat = Field(
         60.0, description="Added to `time_limit_s` for the Slurm time limit (seconds)."
+    )
+    job_time_s: float | None = Field(
+        None,
+        ge=120,
+        description="Each job's Slurm time limit (seconds, at least 120) when the partition's is "
+        "shorter than a trial: the trial is requeued from its checkpoints within its "
+        "time_limit_s; None: time_limit_s plus time_grace_s, one job.",
     )
     max_retries: NonNegativeInt = Field(
         1, description="Resubmissions after a node failure or preemption."

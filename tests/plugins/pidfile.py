@@ -15,7 +15,7 @@ from harness.methods.optimizers import adamw
 from harness.registry import OPTIMIZERS
 from harness.spec.sections import OptimizerSpec
 
-HOLD_S = 120.0
+HOLD_S = 300.0  # past the overdue trial's two-minute Slurm limit
 
 
 @OPTIMIZERS.register("adamw-pidfile")
