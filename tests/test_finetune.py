@@ -410,3 +410,35 @@ def test_an_lm_eval_task_is_evaluated_before_and_after_fine_tuning(
     direct = LMEvalTask(spec, ModelTokenizer(loaded.tokenizer)).evaluate(loaded.model, 4)
     assert final["before_acc"] == direct.metrics["acc"]
     assert final["before_val_acc"] == direct.metrics["val_acc"]
+
+
+def test_a_fine_tune_trial_killed_after_a_checkpoint_resumes_to_identical_numbers(
+    tmp_path: Path, pretrained_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fine-tuning checkpoints as training does: LISA (its sampled layers and their optimizer
+    state) stopped at step 5 resumes from its step-4 checkpoint to the uninterrupted numbers."""
+    from harness.runner.catalog import MEASURED_METRICS
+    from harness.runner.checkpoint_paths import CHECKPOINTS_ENV
+
+    monkeypatch.setenv(CHECKPOINTS_ENV, str(tmp_path / "checkpoints"))
+    suite = finetune_suite(tmp_path, pretrained_dir)
+    text = suite.read_text().replace("log_every: 3}", "log_every: 1, checkpoint: {every: 2}}")
+    suite.write_text(text)
+    (trial,) = [t for t in plan_suite(load_suite(suite)) if t.method == "lisa"]
+
+    def stop_at_5(step: int, total: int, loss: float) -> None:
+        if step == 5:
+            raise KeyboardInterrupt
+
+    def comparable(result: Any) -> tuple[Any, ...]:
+        final = {k: v for k, v in result.final.items() if k not in MEASURED_METRICS}
+        series = [(p.step, p.metrics) for p in result.series]
+        return final, series, sorted(map(repr, result.layer_stats))
+
+    whole = run_trial(trial.config)
+    with pytest.raises(KeyboardInterrupt):
+        run_trial(trial.config, stop_at_5, key=trial.key)
+    resumed = run_trial(trial.config, key=trial.key)
+    assert resumed.status == "done", resumed.error
+    assert resumed.resumes == 1 and resumed.recomputed_steps == 1
+    assert comparable(resumed) == comparable(whole)

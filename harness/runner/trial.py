@@ -283,7 +283,7 @@ def run_trial(
             return launch(config, recipe.ranks, report, key)
         with intra_op_threads(recipe.threads):
             if recipe.kind is TrialKind.FINETUNE:
-                result.final = finetune(recipe, result, clock, report)
+                result.final = finetune(recipe, result, clock, report, key)
             elif recipe.kind.pretrained:
                 result.final = evaluate_pretrained(recipe, result, clock)
             else:
@@ -341,12 +341,15 @@ def train_and_evaluate(
 
 
 def finetune(
-    recipe: TrialRecipe, result: TrialResult, clock: Clock, report: Report
+    recipe: TrialRecipe, result: TrialResult, clock: Clock, report: Report, key: str | None = None
 ) -> dict[str, float]:
     """Fine-tune a pretrained model as a model trained from scratch is trained (the method's
     optimizer, schedule and layerwise treatment), its task (and `evaluate` lm-eval task)
     evaluated before and after; its `prune` comes first (fine-tuning heals the pruned model),
-    its `quantize` last (on the fine-tuned model): `harness.runner.finetune`."""
+    its `quantize` last (on the fine-tuned model): `harness.runner.finetune`. Fine-tuning
+    checkpoints and resumes as training does (the pretrained model, pruned again, is what the
+    checkpoint's state is restored into)."""
+    checkpoints = open_checkpoints(key, trial_versions(recipe), recipe.train.checkpoint)
     device = resolve_device(recipe.device)
     result.environment = environment(device, recipe)
     tuning = finetuning_subjects(recipe, device)
@@ -355,7 +358,7 @@ def finetune(
     result.layer_stats += removed
     trial = assemble(recipe, tuning.task, tuning.model, device)
     result.layer_stats += attention_sinks(trial.model, trial.probe_inputs, 0)
-    train(trial, result, clock, report)
+    train(trial, result, clock, report, checkpoints)
     cost = training_cost(trial, result, clock)
     trainable = trainable_params(trial.model)
     trial.model, quantized, bits = tuning.quantize(trial.model, result.steps_done)
