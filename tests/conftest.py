@@ -112,6 +112,17 @@ def tiny_suite(tmp_path: Path) -> Path:
     return write_suite(tmp_path, "pre-ln: {}\npost-ln: {norm: {placement: post}}")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_intra_op_thread() -> None:
+    """torch computes with one thread in the test processes, as every trial does (its
+    `threads`): two workers of two threads each, beside the trials' processes, oversubscribe
+    the two cores, and a tiny model's steps then wait on each other's threads (the
+    diagnostics module's two 20-step trials in this process took minutes under load)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test has its own default database and MLflow store, and runs offline."""
