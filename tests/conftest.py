@@ -32,6 +32,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 LONGEST_FIRST = (
     "test_ray.py",
     "test_slurm.py",
+    "test_checkpoint.py",
     "test_nightly_suite.py",
     "test_lmeval.py",
     "test_runner.py",
