@@ -57,7 +57,7 @@ SlurmdPort={d_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={dir}/munge.sock
+AuthInfo=socket={dir}/munge.sock,cred_expire=30
 CredType=cred/munge
 StateSaveLocation={dir}/state
 SlurmdSpoolDir={dir}/spool
@@ -82,6 +82,9 @@ NodeName=node0 NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNO
 PartitionName=test Nodes=node0 Default=YES MaxTime=INFINITE State=UP
 """
 
+
+# `cred_expire` (default 120 s) is also how long a requeued job waits before it starts again
+# (slurm.conf(5)): the requeue test waited out those two minutes.
 
 # Job slots on the node: the held trials (the overdue one, the one the cancel test waits in) only
 # sleep, so the node offers more slots than the machine has cores (`config_overrides` keeps
