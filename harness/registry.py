@@ -200,10 +200,10 @@ TASKS = Registry[TaskEntry]("task type", TrainTaskEntry, "harness.tasks.catalog"
 SYNTHETIC_KINDS = Registry("synthetic task kind", SyntheticKindEntry, "harness.tasks.catalog")
 CORPORA = Registry("corpus", CorpusEntry, "harness.tasks.corpora")
 TOKENIZERS = Registry("tokenizer", TokenizerEntry, "harness.tasks.corpora")
-RUNNER = "harness.runner.catalog"
-METRICS = Registry("metric", Entry[Metric], ("harness.tasks.catalog", RUNNER))
-"""Declared by the tasks that emit them and by the runner (its own and compression metrics)."""
-BACKENDS = Registry("backend", BackendEntry, RUNNER)
+METRICS = Registry("metric", Entry[Metric], ("harness.tasks.catalog", "harness.trial_metrics"))
+"""Declared by the tasks that emit them and by harness.trial_metrics (every trial's own, the
+compression and the fine-tuning metrics)."""
+BACKENDS = Registry("backend", BackendEntry, "harness.runner.catalog")
 
 
 def declare_metrics(*metrics: tuple[str, Direction, str, str]) -> tuple[str, ...]:

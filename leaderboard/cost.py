@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from harness.ranking.table import EMPTY
-from harness.runner.catalog import COST_METRICS
+from harness.trial_metrics import COST_METRICS
 
 LABELS = {
     "device_name": "device",

@@ -32,6 +32,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 LONGEST_FIRST = (
     "test_ray.py",
     "test_slurm.py",
+    "test_checkpoint.py",
     "test_nightly_suite.py",
     "test_lmeval.py",
     "test_runner.py",
@@ -110,6 +111,17 @@ def tiny_suite(tmp_path: Path) -> Path:
     from tests.factories import write_suite
 
     return write_suite(tmp_path, "pre-ln: {}\npost-ln: {norm: {placement: post}}")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_intra_op_thread() -> None:
+    """torch computes with one thread in the test processes, as every trial does (its
+    `threads`): two workers of two threads each, beside the trials' processes, oversubscribe
+    the two cores, and a tiny model's steps then wait on each other's threads (the
+    diagnostics module's two 20-step trials in this process took minutes under load)."""
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

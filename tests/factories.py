@@ -33,12 +33,12 @@ from harness.cli import app
 from harness.core import TrialOutcome
 from harness.models.gpt import GPT, GPTSpec, build_gpt
 from harness.records import LayerStat, PlannedTrial, SeriesPoint, Status, TrialResult
-from harness.runner.catalog import MEASURED_METRICS
 from harness.spec.declaration import RankingDeclaration
 from harness.spec.recipe import model_norm
 from harness.spec.sections import NormSpec
 from harness.store.db import finished, finite, result_rows, suite_run
 from harness.store.models import LayerStatistic, MetricPoint, Result, Trial
+from harness.trial_metrics import MEASURED_METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN_URL = os.environ.get(

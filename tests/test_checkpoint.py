@@ -22,7 +22,6 @@ from harness.lazy_registry import Registry
 from harness.methods.optimizers import make_optimizer
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import LAYERWISE, OPTIMIZERS
-from harness.runner.catalog import MEASURED_METRICS
 from harness.runner.checkpoint import (
     CheckpointError,
     Checkpoints,
@@ -37,6 +36,7 @@ from harness.spec.plan import plan_suite
 from harness.spec.sections import CheckpointSpec, OptimizerSpec
 from harness.store.db import open_database
 from harness.store.models import MetricPoint, Result, Trial
+from harness.trial_metrics import MEASURED_METRICS
 from tests.factories import invoke, tiny_llama, trials_by_key, write_suite
 
 STEPS, INTERRUPT_AT = 6, 5

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from harness.records import PlannedTrial, TrialResult
-from harness.runner.catalog import MEASURED_METRICS
 from harness.runner.checkpoint_paths import CHECKPOINTS_ENV, trial_folder
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
+from harness.trial_metrics import MEASURED_METRICS
 from tests.factories import invoke, write_suite
 from tests.test_finetune import finetune_suite, pretrained_dir_fixture, problems
 

@@ -417,8 +417,8 @@ def test_a_fine_tune_trial_killed_after_a_checkpoint_resumes_to_identical_number
 ) -> None:
     """Fine-tuning checkpoints as training does: LISA (its sampled layers and their optimizer
     state) stopped at step 5 resumes from its step-4 checkpoint to the uninterrupted numbers."""
-    from harness.runner.catalog import MEASURED_METRICS
     from harness.runner.checkpoint_paths import CHECKPOINTS_ENV
+    from harness.trial_metrics import MEASURED_METRICS
 
     monkeypatch.setenv(CHECKPOINTS_ENV, str(tmp_path / "checkpoints"))
     suite = finetune_suite(tmp_path, pretrained_dir)

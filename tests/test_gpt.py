@@ -29,11 +29,11 @@ from harness.models.gpt import (
 from harness.models.gpt_hf import GPTForCausalLM, as_pretrained
 from harness.records import TrialResult
 from harness.registry import MODELS, NORM_TYPES
-from harness.runner.catalog import MEASURED_METRICS
 from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.spec.sections import NormSpec, ParamsModel
+from harness.trial_metrics import MEASURED_METRICS
 from tests.factories import tiny_gpt, write_suite
 
 VOCAB, BATCH, SEQ = 37, 2, 12

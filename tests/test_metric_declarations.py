@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 from harness.core import Direction, Status
 from harness.records import PlannedTrial, TrialResult
 from harness.registry import METRICS, TASKS
-from harness.runner.catalog import undeclared_metrics
 from harness.store.db import warn_undeclared
 from harness.store.models import Result, Trial
+from harness.trial_metrics import undeclared_metrics
 from tests.factories import invoke
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "results" / "data"

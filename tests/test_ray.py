@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from harness.runner.catalog import MEASURED_METRICS
 from harness.runner.checkpoint_paths import trial_folder
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint, Result
+from harness.trial_metrics import MEASURED_METRICS
 from tests.factories import ROOT, count, invoke, run_beside, run_process, trials_by_key
 from tests.test_checkpoint import stored
 

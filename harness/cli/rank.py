@@ -162,8 +162,8 @@ def trial_costs(engine: Engine, ranking: Ranking) -> dict[str, dict[str, Any]]:
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
-    from harness.runner.catalog import COST_METRICS
     from harness.store.models import Result, Trial
+    from harness.trial_metrics import COST_METRICS
 
     keys = [trial["key"] for row in ranking.rows for trial in row.trials]
     costs: dict[str, dict[str, Any]] = {key: {} for key in keys}

@@ -26,12 +26,12 @@ from torch import nn
 
 from harness.data.store import open_dataset
 from harness.records import LayerStat
-from harness.runner.catalog import BEFORE, PRUNED
 from harness.runner.devices import autocast
 from harness.runner.posttrain import prune, quantize, task_calibration, task_validation
 from harness.spec.recipe import TrialRecipe
 from harness.tasks.base import EvalTask, Evaluation, Task
 from harness.tasks.corpora import ModelTokenizer, Tokenizer
+from harness.trial_metrics import BEFORE, PRUNED
 
 PROBE_TEXT = "LayerBench fine-tunes a pretrained model on text in its own tokenizer.\n"
 """The text a prepared dataset's tokenizer must encode as the model's own does."""

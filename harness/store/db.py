@@ -27,7 +27,6 @@ from sqlalchemy.orm import Session
 from harness.core import Status
 from harness.env import git_commit
 from harness.records import PlannedTrial, TrialResult
-from harness.runner.catalog import undeclared_metrics
 from harness.spec.declaration import RankingDeclaration
 from harness.store.models import (
     ExampleOutcome,
@@ -38,6 +37,7 @@ from harness.store.models import (
     Trial,
 )
 from harness.store.url import database_url
+from harness.trial_metrics import undeclared_metrics
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 STALE_AFTER = timedelta(minutes=5)

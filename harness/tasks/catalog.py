@@ -362,7 +362,7 @@ TASK_METRICS = declare_metrics(
 )
 """Every metric a task emits, declared once: its name, direction, description and unit ("": a
 pure number). Each task's entry lists those it emits (`metrics=`); the runner declares the
-metrics of every trial (harness/runner/catalog.py)."""
+metrics of every trial (harness/trial_metrics.py)."""
 SPLIT_LOSSES = ("loss", "ppl", "bits_per_byte")
 LM_EVAL_METRICS = ("acc", "acc_norm", "word_perplexity", "byte_perplexity", "bits_per_byte")
 

@@ -8,7 +8,7 @@ import streamlit as st
 from harness.ranking import Ranking, RankRow, TrialOutcome
 from harness.records import DONE
 from harness.registry import METRICS
-from harness.runner.catalog import COST_METRICS
+from harness.trial_metrics import COST_METRICS
 from leaderboard import data
 from leaderboard.charts import (
     HeatmapScale,
