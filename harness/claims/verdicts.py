@@ -187,6 +187,9 @@ class Finding:
     """Recipes whose verdict differs from the first tested recipe's."""
     scope: str = ""
     """The claim's `scope:` note, shown with the verdict."""
+    exploratory: str = ""
+    """Why the claim is exploratory (registered after trials it uses were stored,
+    `harness.claims.exploratory`); empty for a confirmatory claim."""
 
     @property
     def implicit(self) -> bool:
@@ -232,6 +235,8 @@ class Finding:
             text += f"; not tested on {', '.join(untested)} (degenerate)"
         if self.scope:
             text += f"; scope: {self.scope}"
+        if self.exploratory:
+            text += f"; exploratory: {self.exploratory}"
         return text
 
     def _compatible_text(self) -> str:

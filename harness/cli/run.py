@@ -58,7 +58,7 @@ def run(
     options = RunOptions(only=only, force=force, retry_failed=retry_failed)
     tracker = None if no_mlflow else mlflow_tracker(engine)
     outcome = execute(suite, executor, engine, tracker, options)
-    print_ranking(build_ranking(suite, engine))
+    print_ranking(build_ranking(suite, engine, path=suite_path))
     if outcome.failed:
         raise typer.Exit(1)
 
