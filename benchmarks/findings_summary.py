@@ -103,7 +103,7 @@ def trial_counts(db: Path, old_db: Path) -> tuple[int, int]:
 def table(db_dir: Path, old_suites: str, old_dbs: str) -> list[str]:
     """The markdown summary: a row per claim, then the counts."""
     lines = [
-        "| suite | claim | verdict per recipe (Δ [anytime interval]) | seeds | CPU-min"
+        "| suite | claim | verdict per recipe (Δ [interval of the rule's looks]) | seeds | CPU-min"
         " | claim verdict | fixed design (earlier run) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]

@@ -274,7 +274,7 @@ def rank_suite(
 
 SEQUENTIAL_WARNING = (
     "sequential seeds: each method's seeds were chosen by the run's looks, so the p-values and "
-    "verdicts of the tables above are fixed-n tests on data-dependent seeds; the anytime-valid "
+    "verdicts of the tables above are fixed-n tests on data-dependent seeds; the sequential rule's "
     "verdicts are the Findings' (docs/sequential.md)"
 )
 
