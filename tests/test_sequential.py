@@ -399,3 +399,25 @@ def test_a_claim_registered_after_trials_it_uses_is_exploratory_from_its_field_o
     assert exploratory_note(claims[1], "a", when[1], outcomes, ended) == (
         "registered 2026-01-03 00:00 UTC, after 2 of the 4 trials it uses were stored"
     )
+
+
+def test_a_recorded_sequential_plan_counts_later_seeds_apart_from_missing_initial_ones() -> None:
+    from harness.core import Status, TrialOutcome
+    from harness.ranking.suite import RankPlan, unstored_count_note
+    from harness.spec.rank import RankSpec, SeedSchedule
+
+    schedule = SeedSchedule(initial=3, max=9, step=2)
+    plan = RankPlan("s", [f"k{i}" for i in range(18)], "a", RankSpec(), schedule=schedule)
+    stored = [
+        TrialOutcome(m, "g", "t", seed, Status.DONE, {}, key=f"{m}{seed}")
+        for m, seeds in (("a", range(5)), ("b", range(2)))
+        for seed in seeds
+    ]
+    assert unstored_count_note(plan, stored) == [
+        "11 of 18 planned trials have no stored result: 1 of the 6 initial-seed trials (not run, "
+        "running, or interrupted): `layerbench rank` of the suite file says why; 10 are later "
+        "seeds the sequential rule has not asked for (its comparisons need no more, or its next "
+        "look has not run)"
+    ]
+    full = stored + [TrialOutcome("b", "g", "t", 2, Status.DONE, {}, key="b2")]
+    assert unstored_count_note(plan, full)[0].endswith("; every initial seed is stored")

@@ -135,16 +135,29 @@ def planned(
     return plan_of(suite, [trial.key for trial in trials], notes, registered)
 
 
-def unstored_count_note(plan: RankPlan, found: int) -> list[str]:
+def unstored_count_note(plan: RankPlan, stored: Sequence[TrialOutcome]) -> list[str]:
     """The line for a recorded plan's trials without a stored result (their reasons need the
-    suite file: `planned`)."""
-    absent = len(plan.keys) - found
+    suite file: `planned`). Under sequential seeds a later seed runs only when a look asks for
+    it, so those are counted apart from the initial seeds really missing (the plan holds every
+    seed up to `max` of every cell and sweep point: `initial / max` of its trials are
+    initial)."""
+    absent = len(plan.keys) - len(stored)
     if absent <= 0:
         return []
-    return [
-        f"{absent} of {len(plan.keys)} planned trials have no stored result (not run, running, "
-        f"or interrupted): `layerbench rank` of the suite file says why"
-    ]
+    head = f"{absent} of {len(plan.keys)} planned trials have no stored result"
+    why = "(not run, running, or interrupted): `layerbench rank` of the suite file says why"
+    schedule = plan.schedule
+    if schedule is None or len(plan.keys) % schedule.max:
+        return [f"{head} {why}"]
+    initial = len(plan.keys) // schedule.max * schedule.initial
+    missing = max(0, initial - sum(o.seed < schedule.initial for o in stored))
+    later = (
+        f"{absent - missing} are later seeds the sequential rule has not asked for (its "
+        "comparisons need no more, or its next look has not run)"
+    )
+    if not missing:
+        return [f"{head}: {later}; every initial seed is stored"]
+    return [f"{head}: {missing} of the {initial} initial-seed trials {why}; {later}"]
 
 
 def recorded(engine: Engine, suite: str) -> RankPlan:
@@ -251,7 +264,7 @@ def rank_suite(
         return None
     gaps = list(plan.unstored) if plan.unstored is not None else []
     if plan.unstored is None and overrides.current_only:
-        gaps = unstored_count_note(plan, len(loaded))
+        gaps = unstored_count_note(plan, loaded)
     chosen = plan.baseline if overrides.baseline is None else overrides.baseline.name
     if overrides.all_points:
         outcomes = each_point(outcomes)
