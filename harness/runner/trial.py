@@ -14,7 +14,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,7 @@ from harness.runner.checkpoint import (
     open_checkpoints,
 )
 from harness.runner.finetune import finetune_summary, finetuning_subjects, trainable_params
-from harness.runner.posttrain import compress
+from harness.runner.posttrain import averaged_draws, compress, draws
 from harness.runner.process import die_with_parent, quiet_libraries
 from harness.runner.warm import prebuilt_task, train_task
 from harness.spec.plan import trial_versions
@@ -335,6 +335,18 @@ def train_and_evaluate(
     result.environment = environment(trial.device, recipe)
     train(trial, result, clock, report, checkpoints)
     compressed: dict[str, float] = {}
+    if draws(recipe) > 1:  # random criteria: the mean over draws of the same trained model
+
+        def drawn(model: nn.Module) -> dict[str, float]:
+            built = replace(trial, model=model)
+            return efficiency(built, result, clock) | evaluate(built, clock, final=True)
+
+        calibration, steps = train_calibration(trial), result.steps_done
+        found, layers = averaged_draws(
+            trial.model, recipe, calibration, steps, validation(trial), drawn
+        )
+        result.layer_stats += layers
+        return found
     if recipe.prune is not None or recipe.quantize is not None:
         started = time.perf_counter()
         trial.model, compressed, layers = compress(

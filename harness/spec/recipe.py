@@ -244,6 +244,7 @@ class TrialRecipe:
         """The trial's config: the JSON stored with the trial and hashed into its key (see the
         module docstring for what it keeps as it always was)."""
         sections = {name: dumped(getattr(self, name)) for name in SETTINGS}
+        without_single_draw(sections)
         unset = {"checkpoint"} if self.train.checkpoint is None else set()
         train = self.train.model_dump(mode="json", exclude={"compile", *unset})
         sections["train"] = {**train, "compile": True} if self.compile else train
@@ -296,6 +297,15 @@ class TrialRecipe:
     def fingerprint(self) -> str:
         """The task's data fingerprint (cheap: it hashes files, it does not tokenize)."""
         return self.task_entry.fingerprint(self.task)
+
+
+def without_single_draw(sections: dict[str, Any]) -> None:
+    """Drop `draws: 1` (the default) from the prune and layerwise-quantization sections, so the
+    keys of trials stored before `draws` existed still match (`draws` > 1 enters the key)."""
+    layerwise = (sections.get("quantize") or {}).get("layerwise") or {}
+    for section in (sections.get("prune") or {}, layerwise):
+        if section.get("draws") == 1:
+            del section["draws"]
 
 
 def dumped(section: BaseModel | Any) -> Any:
