@@ -419,5 +419,5 @@ def test_a_recorded_sequential_plan_counts_later_seeds_apart_from_missing_initia
         "seeds the sequential rule has not asked for (its comparisons need no more, or its next "
         "look has not run)"
     ]
-    full = stored + [TrialOutcome("b", "g", "t", 2, Status.DONE, {}, key="b2")]
+    full = [*stored, TrialOutcome("b", "g", "t", 2, Status.DONE, {}, key="b2")]
     assert unstored_count_note(plan, full)[0].endswith("; every initial seed is stored")

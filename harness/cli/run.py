@@ -111,6 +111,11 @@ def announce(plan: RunPlan) -> None:
     console.print(
         f"{plan.suite}: {plan.n_trials} trials, {plan.n_stored} stored, {plan.n_todo} to run" + most
     )
+    if plan.other_cpus:
+        from harness.service.run import mixed_cpus_note
+
+        note = f"[yellow]warning:[/] {mixed_cpus_note(plan.other_cpus)}"
+        console.print(note, highlight=False, soft_wrap=True)
 
 
 def show_look(text: str) -> None:

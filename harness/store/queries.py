@@ -292,6 +292,20 @@ def end_times(engine: Engine, keys: Iterable[str]) -> dict[str, datetime]:
     return found
 
 
+def cpu_kinds(engine: Engine, keys: Iterable[str]) -> dict[str, int]:
+    """CPU model -> how many of the finished trials `keys` ran on that kind of CPU (trials that
+    ran on a GPU are not counted)."""
+    found: dict[str, int] = defaultdict(int)
+    with engine.connect() as connection:
+        for chunk in chunks(keys, OUTCOME_CHUNK):
+            query = select(Trial.environment, Trial.status).where(Trial.key.in_(chunk))
+            for environment, status in connection.execute(query):
+                env = environment if isinstance(environment, dict) else {}
+                if status in FINAL and env.get("cpu") and env.get("device_name") == env["cpu"]:
+                    found[str(env["cpu"])] += 1
+    return dict(found)
+
+
 def suite_keys(engine: Engine, suite: str) -> list[str]:
     """Every stored trial key of the suite, current or superseded, in the order stored."""
     with Session(engine) as session:
