@@ -15,7 +15,9 @@ def page_holm(raw: Sequence[float | None]) -> list[float | None]:
     """The Holm-adjusted p of each check over every check with a p-value (None: not in the
     family: a tie, or a check not tested)."""
     members = [i for i, p in enumerate(raw) if p is not None]
-    adjusted = holm([float(raw[i] or 0.0) for i in members]) if members else []
+    adjusted: list[float] = (
+        [float(p) for p in holm([float(raw[i] or 0.0) for i in members])] if members else []
+    )
     found: list[float | None] = [None] * len(raw)
     for i, p in zip(members, adjusted, strict=True):
         found[i] = float(p)
