@@ -97,8 +97,7 @@ def trial_counts(db: Path, old_db: Path) -> tuple[int, int]:
     copied over); a key both hold with another start time was trained again (with the same
     numbers: the key fixes them), so it counts as trained."""
     runs = [
-        dict(sqlite3.connect(d).execute("SELECT key, started_at FROM trials"))
-        for d in (db, old_db)
+        dict(sqlite3.connect(d).execute("SELECT key, started_at FROM trials")) for d in (db, old_db)
     ]
     reused = sum(runs[1].get(key) == started for key, started in runs[0].items())
     return reused, len(runs[0]) - reused
