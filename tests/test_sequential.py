@@ -421,3 +421,13 @@ def test_a_recorded_sequential_plan_counts_later_seeds_apart_from_missing_initia
     ]
     full = [*stored, TrialOutcome("b", "g", "t", 2, Status.DONE, {}, key="b2")]
     assert unstored_count_note(plan, full)[0].endswith("; every initial seed is stored")
+
+
+def test_one_holm_family_over_a_page_says_which_decisions_survive() -> None:
+    from harness.claims.page import page_holm, survives
+
+    adjusted = page_holm([0.001, None, 0.02, 0.4])
+    assert adjusted == pytest.approx([0.003, None, 0.04, 0.4])  # Holm over the three p-values
+    assert survives("reproduced", adjusted[0], 0.05) == "survives"
+    assert survives("contradicted", 0.06, 0.05) == "does not survive"
+    assert survives("inconclusive", 0.01, 0.05) == "" and survives("reproduced", None, 0.05) == ""
