@@ -26,7 +26,8 @@ from harness.diagnostics_geometry import (
     representation_stats,
 )
 from harness.methods.layers import blocks
-from harness.runner.trial import Clock, build, evaluate, prepare, train_step
+from harness.runner.timing import Clock
+from harness.runner.trial import build, evaluate, prepare, train_step
 from harness.spec.recipe import resolved_settings
 from harness.spec.schema import TrialSettings
 

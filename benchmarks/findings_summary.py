@@ -92,18 +92,21 @@ def cpu_minutes(finding: dict[str, Any]) -> float:
 
 
 def trial_counts(db: Path, old_db: Path) -> tuple[int, int]:
-    """(trials of `db` the fixed-design run `old_db` stored too, i.e. reused; trials it lacks)."""
-    keys = [
-        {row[0] for row in sqlite3.connect(d).execute("SELECT key FROM trials")}
-        for d in (db, old_db)
+    """(trials of `db` reused from the fixed-design run `old_db`, trials the rerun trained). A
+    trial is reused when `old_db` holds the same key started at the same time (the stored row
+    copied over); a key both hold with another start time was trained again (with the same
+    numbers: the key fixes them), so it counts as trained."""
+    runs = [
+        dict(sqlite3.connect(d).execute("SELECT key, started_at FROM trials")) for d in (db, old_db)
     ]
-    return len(keys[0] & keys[1]), len(keys[0] - keys[1])
+    reused = sum(runs[1].get(key) == started for key, started in runs[0].items())
+    return reused, len(runs[0]) - reused
 
 
 def table(db_dir: Path, old_suites: str, old_dbs: str) -> list[str]:
     """The markdown summary: a row per claim, then the counts."""
     lines = [
-        "| suite | claim | verdict per recipe (Δ [anytime interval]) | seeds | CPU-min"
+        "| suite | claim | verdict per recipe (Δ [interval of the rule's looks]) | seeds | CPU-min"
         " | claim verdict | fixed design (earlier run) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]

@@ -36,12 +36,13 @@ if TYPE_CHECKING:
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1400px; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 14px; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 14px; max-width: 100%; }
 th, td { border-bottom: 1px solid #dadce0; padding: 4px 8px; text-align: left; }
+th, td { max-width: 24em; overflow-wrap: break-word; }
 td { vertical-align: top; }
 th { background: #f1f3f4; }
 td.section { font-weight: bold; background: #fafafa; }
-.label { color: white; border-radius: 4px; padding: 1px 6px; white-space: nowrap; }
+.label { color: white; border-radius: 4px; padding: 1px 6px; display: inline-block; }
 .warning { color: #b06000; }
 pre { background: #f1f3f4; padding: 8px; overflow-x: auto; }
 figure { margin: 1em 0; } figcaption { font-style: italic; color: #5f6368; }

@@ -30,7 +30,8 @@ from harness.runner.checkpoint import (
     check_writable,
 )
 from harness.runner.checkpoint_paths import CHECKPOINTS_ENV, trial_folder
-from harness.runner.trial import Clock, run_trial
+from harness.runner.timing import Clock
+from harness.runner.trial import run_trial
 from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.spec.sections import CheckpointSpec, OptimizerSpec

@@ -17,7 +17,8 @@ from torch import Tensor
 from harness.diagnostics import StepProbe, hidden_state_stats, peak_activation
 from harness.models.gpt import GPT, rope_tables
 from harness.records import LayerStat, PlannedTrial, TrialResult
-from harness.runner.trial import BuiltTrial, Clock, build, prepare, train
+from harness.runner.timing import Clock
+from harness.runner.trial import BuiltTrial, build, prepare, train
 from harness.spec import load_suite
 from harness.spec.declaration import RankingDeclaration
 from harness.spec.plan import plan_suite

@@ -53,6 +53,12 @@ def test_the_html_report_renders_offline_in_chromium(database: str, tmp_path: Pa
         page.goto(out.as_uri())
         expect(page.locator("table").first).to_contain_text("mix-ln")
         expect(page.get_by_text("claim verdict").first).to_be_visible()
+        findings = page.locator("table", has=page.get_by_text("claim verdict"))
+        expect(findings).to_contain_text("planned-looks interval of Δ")  # the rule used
+        verdicts = findings.locator("tbody tr td:last-child")
+        edges = [verdicts.nth(i).bounding_box() for i in range(verdicts.count())]
+        assert edges and all(b and b["x"] + b["width"] <= 1400 for b in edges)  # none cut off
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1400
         plots = page.locator(".js-plotly-plot .main-svg")
         expect(plots.first).to_be_visible(timeout=30_000)
         assert plots.count() >= 2

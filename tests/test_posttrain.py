@@ -210,3 +210,29 @@ def test_an_evaluated_pretrained_model_records_its_layer_statistics(tmp_path: Pa
     names = {s.name for s in result.layer_stats}
     assert {"peak_activation", "peak_position", "peak_channel", "effective_rank"} <= names
     assert {s.step for s in result.layer_stats} == {0}
+
+
+def test_random_criteria_average_over_draws_of_one_trained_model_and_one_draw_keeps_its_key(
+    write_suite: Any, tmp_path: Path
+) -> None:
+    methods = """
+pre-ln: {}
+one: {prune: {criterion: random, n: 1, calibration_samples: 8}}
+single: {prune: {criterion: random, n: 1, calibration_samples: 8, draws: 1}}
+three: {prune: {criterion: random, n: 1, calibration_samples: 8, draws: 3}}
+lq: {quantize: {scheme: rtn, bits: 3, group_size: 8, layerwise: {importance: random, draws: 2}}}
+"""
+    suite = write_suite(tmp_path, methods, steps=4, eval_every=4)
+    configs = {m: trial_of(suite, m) for m in ("one", "single", "three", "lq")}
+    assert configs["one"] == configs["single"] and "draws" not in configs["one"]["prune"]
+    assert configs["three"]["prune"]["draws"] == 3  # more draws: another trial
+    one, three = run_trial(configs["one"]), run_trial(configs["three"])
+    assert one.status == three.status == "done", three.error
+    assert three.final["draws"] == 3.0 and "draws" not in one.final
+    assert [p.metrics for p in three.series] == [p.metrics for p in one.series]  # one training
+    assert three.final["layers_removed"] == 1.0 and three.final["params"] < 1e9
+    assert three.final["val_loss"] != one.final["val_loss"]  # a mean over other draws too
+    removed = [s for s in three.layer_stats if s.name == "removed"]
+    assert removed == [s for s in one.layer_stats if s.name == "removed"]  # draw 0's layers
+    quantized = run_trial(configs["lq"])
+    assert quantized.status == "done" and quantized.final["draws"] == 2.0, quantized.error

@@ -331,9 +331,103 @@ def test_a_paper_effect_outside_the_interval_reads_not_reproduced_at_this_scale(
     assert check.verdict_text == "inconclusive: rules out differences outside [-0.02, +0.04]"
     far = replace(check, paper_effect=-0.1)
     assert far.verdict_text == (
-        "not reproduced at this scale: the interval excludes the paper's effect (-0.1)"
+        "not reproduced at this scale: the interval [-0.02, +0.04] excludes the paper's effect "
+        "(-0.1)"
+    )
+    inside = replace(check, paper_effect=-0.01)
+    assert inside.verdict_text.endswith("(it contains 0 and the paper's effect, -0.01)")
+    beyond = replace(check, ci_low=-0.5, ci_high=-0.2, paper_effect=-0.1, signs=(0, 9))
+    assert beyond.verdict_text == (
+        "inconclusive: the interval [-0.5, -0.2] lies beyond the paper's effect (-0.1), the sign "
+        "test (0/9) does not decide yet: more seeds of one sign"
     )
     stuck = replace(
         check, verdict="reproduced", names=("a", "b"), at_trivial=(0, 5), finished=(6, 6)
     )
     assert stuck.verdict_text == "reproduced (an arm does not train)"
+
+
+def test_a_claim_registered_after_trials_it_uses_is_exploratory_from_its_field_or_git(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    from datetime import UTC, datetime
+
+    import yaml
+
+    from harness.claims.exploratory import exploratory_note
+    from harness.core import Status, TrialOutcome
+    from harness.spec.history import registrations
+    from harness.spec.rank import Claim
+
+    suite = tmp_path / "s.yaml"
+    first = {"baseline": "a", "expect": [{"method": "b", "direction": "better", "source": "x"}]}
+    later = {
+        "baseline": "a",
+        "expect": [*first["expect"], {"method": "c", "direction": "better", "source": "x"}],
+    }
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PATH": "/usr/bin:/bin",
+    }
+
+    def commit(data: dict[str, object], when: str) -> None:
+        suite.write_text(yaml.safe_dump(data))
+        dated = env | {"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+        subprocess.run(["git", "add", "s.yaml"], cwd=tmp_path, check=True, env=dated)
+        subprocess.run(["git", "commit", "-qm", "c"], cwd=tmp_path, check=True, env=dated)
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True, env=env)
+    commit(first, "2026-01-01T00:00:00+00:00")
+    commit(later, "2026-01-03T00:00:00+00:00")
+    claims = [Claim.model_validate(c) for c in later["expect"]]
+    explicit = Claim.model_validate({**later["expect"][0], "registered": "2026-01-05"})
+    when = registrations(suite, [*claims, explicit], "a")
+    assert when == (
+        datetime(2026, 1, 1, tzinfo=UTC),
+        datetime(2026, 1, 3, tzinfo=UTC),
+        datetime(2026, 1, 5, tzinfo=UTC),
+    )
+    ended = {"k0": datetime(2026, 1, 2), "k1": datetime(2026, 1, 4)}
+    outcomes = [
+        TrialOutcome(m, "g", "t", s, Status.DONE, {}, key=f"k{s}") for m in "ac" for s in (0, 1)
+    ]
+    assert exploratory_note(claims[0], "a", when[0], outcomes, ended) == ""
+    assert exploratory_note(claims[1], "a", when[1], outcomes, ended) == (
+        "registered 2026-01-03 00:00 UTC, after 2 of the 4 trials it uses were stored"
+    )
+
+
+def test_a_recorded_sequential_plan_counts_later_seeds_apart_from_missing_initial_ones() -> None:
+    from harness.core import Status, TrialOutcome
+    from harness.ranking.suite import RankPlan, unstored_count_note
+    from harness.spec.rank import RankSpec, SeedSchedule
+
+    schedule = SeedSchedule(initial=3, max=9, step=2)
+    plan = RankPlan("s", [f"k{i}" for i in range(18)], "a", RankSpec(), schedule=schedule)
+    stored = [
+        TrialOutcome(m, "g", "t", seed, Status.DONE, {}, key=f"{m}{seed}")
+        for m, seeds in (("a", range(5)), ("b", range(2)))
+        for seed in seeds
+    ]
+    assert unstored_count_note(plan, stored) == [
+        "11 of 18 planned trials have no stored result: 1 of the 6 initial-seed trials (not run, "
+        "running, or interrupted): `layerbench rank` of the suite file says why; 10 are later "
+        "seeds the sequential rule has not asked for (its comparisons need no more, or its next "
+        "look has not run)"
+    ]
+    full = [*stored, TrialOutcome("b", "g", "t", 2, Status.DONE, {}, key="b2")]
+    assert unstored_count_note(plan, full)[0].endswith("; every initial seed is stored")
+
+
+def test_one_holm_family_over_a_page_says_which_decisions_survive() -> None:
+    from harness.claims.page import page_holm, survives
+
+    adjusted = page_holm([0.001, None, 0.02, 0.4])
+    assert adjusted == pytest.approx([0.003, None, 0.04, 0.4])  # Holm over the three p-values
+    assert survives("reproduced", adjusted[0], 0.05) == "survives"
+    assert survives("contradicted", 0.06, 0.05) == "does not survive"
+    assert survives("inconclusive", 0.01, 0.05) == "" and survives("reproduced", None, 0.05) == ""

@@ -132,3 +132,28 @@ def test_named_metrics_read_as_columns_or_in_their_own_query_equal_a_full_read(
     for read in (as_columns, own_query):
         assert [o.metrics for o in read] == expected
         assert [o.key for o in read] == [o.key for o in full]
+
+
+def test_the_reuse_check_counts_stored_cpu_trials_by_cpu_kind(tmp_path: Path) -> None:
+    import shutil
+    import sqlite3
+    from unittest import mock
+
+    from harness.service import run as service_run
+
+    db = tmp_path / "dyt.db"
+    shutil.copyfile(Path(__file__).parents[1] / "docs/results/data/findings-dyt-derf.db", db)
+    keys = [k for (k,) in sqlite3.connect(db).execute("SELECT key FROM trials")]
+    engine = make_engine(f"sqlite:///{db}", read_only=True)
+    kinds = queries.cpu_kinds(engine, keys)
+    assert kinds == {"AMD EPYC": 75, "Intel(R) Xeon(R) Processor": 18}  # the audit's mixed run
+    trials = [mock.Mock(key=k) for k in keys]
+    with mock.patch.object(service_run, "cpu_model", return_value="AMD EPYC"):
+        others = service_run._other_cpus(engine, trials, trials[:1])
+        assert service_run._other_cpus(engine, trials, []) == {}  # nothing runs: no warning
+        note = service_run.mixed_cpus_note(others)
+    assert others == {"Intel(R) Xeon(R) Processor": 18}
+    assert note.startswith(
+        "18 stored trials this run reuses ran on another kind of CPU than this machine's "
+        "(AMD EPYC): 18 on Intel(R) Xeon(R) Processor."
+    )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -147,38 +148,68 @@ def _point(point: float, mean: float | None, found: list[float | None], best: bo
 
 
 def findings_verdicts() -> str:
-    """The markdown table of every findings claim x recipe (module doc), with counts."""
+    """The markdown table of every findings claim x recipe (module doc), with its survival of
+    one Holm family over the whole page (`harness.claims.page`) and the counts by kind."""
     import json
 
     from benchmarks.rank_snapshot import outputs
+    from harness.claims.page import page_holm, survives
 
-    rows, counts = [], defaultdict(int)
+    rows: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     for label, text in sorted(outputs().items()):
-        if not (label.startswith("findings-") and label.endswith(".json")):
-            continue
-        for finding in json.loads(text.split("\n", 1)[1])["findings"]:
-            for check in finding["checks"]:
-                record = check.get("sequential") or {}
-                state = record.get("stopped") or "open"
-                low, high = check["ci_low"], check["ci_high"]
-                shown = EMPTY if low is None or high is None else f"[{low:+.3g}, {high:+.3g}]"
-                rows.append(
-                    f"| {label.removeprefix('findings-').removesuffix('.json')} "
-                    f"| {finding['claim']} | {check['model']} | {check['n']} "
-                    f"| {check['signs'][0]}/{check['signs'][1]} | {shown} | {state} "
-                    f"| {check['verdict_text']} |"
-                )
-                kind = check["verdict"]
-                if "an arm does not train" in check["verdict_text"]:
-                    kind += " (an arm does not train)"
-                counts[kind] += 1
-    head = [
+        if label.startswith("findings-") and label.endswith(".json"):
+            suite = label.removeprefix("findings-").removesuffix(".json")
+            for finding in json.loads(text.split("\n", 1)[1])["findings"]:
+                rows += [(suite, finding, check) for check in finding["checks"]]
+    raw = [_raw_p(finding, check) for _, finding, check in rows]
+    adjusted = page_holm(raw)
+    lines = [
         "| suite | claim | recipe | seeds | signs (+/-) | interval of the mean | seeds state "
-        "| verdict |",
-        "|---|---|---|---:|---|---|---|---|",
+        "| verdict | page Holm |",
+        "|---|---|---|---:|---|---|---|---|---|",
     ]
-    total = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
-    return "\n".join([*head, *rows, "", f"{sum(counts.values())} checks: {total}"])
+    counts: dict[str, int] = defaultdict(int)
+    for (suite, finding, check), page in zip(rows, adjusted, strict=True):
+        record = check.get("sequential") or {}
+        low, high = check["ci_low"], check["ci_high"]
+        shown = EMPTY if low is None or high is None else f"[{low:+.3g}, {high:+.3g}]"
+        kept = survives(check["verdict"], page, 0.05) or EMPTY
+        text = check["verdict_text"] + (" (exploratory)" if finding.get("exploratory") else "")
+        lines.append(
+            f"| {suite} | {finding['claim']} | {check['model']} | {check['n']} "
+            f"| {check['signs'][0]}/{check['signs'][1]} | {shown} "
+            f"| {record.get('stopped') or 'open'} | {text} | {kept} |"
+        )
+        counts[_kind(finding, check, record)] += 1
+        counts["exploratory"] += bool(finding.get("exploratory"))
+        counts["decided, not surviving the page family"] += kept == "does not survive"
+    total = len(rows)
+    listed = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()) if n)
+    return "\n".join([*lines, "", f"{total} checks: {listed}"])
+
+
+def _raw_p(finding: dict[str, Any], check: dict[str, Any]) -> float | None:
+    """A directional check's unadjusted p (the sequential rule's, else the fixed design's)."""
+    if finding["direction"] == "tie" or check["verdict"] == "not tested":
+        return None
+    record = check.get("sequential")
+    return record.get("p_raw") if record else check.get("p_raw")
+
+
+def _kind(finding: dict[str, Any], check: dict[str, Any], record: dict[str, Any]) -> str:
+    """What a check's verdict is, for the counts: decided (between trained models, or against
+    an arm that does not train), not reproduced at this scale, not tested, or undecided (open,
+    futile or at max; with the claim's scope note where it has one)."""
+    text = check["verdict_text"]
+    if check["verdict"] in ("reproduced", "contradicted"):
+        untrained = "an arm does not train" in text
+        return "decided" + (" against an arm that does not train" if untrained else "")
+    if check["verdict"] == "not tested":
+        return "not tested (degenerate)"
+    if text.startswith("not reproduced at this scale"):
+        return "not reproduced at this scale (the interval excludes the paper's effect)"
+    state = {"futile": "futile", "max": "at max"}.get(record.get("stopped") or "", "open")
+    return f"undecided, {state}" + (" (with a scope note)" if finding.get("scope") else "")
 
 
 def main() -> None:

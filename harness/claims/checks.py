@@ -51,10 +51,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 
 import numpy as np
 
 from harness.claims.decision import PairedCheck, decide_check
+from harness.claims.exploratory import exploratory_note
 from harness.claims.sequential import CheckDecision, CheckInput, decide
 from harness.claims.verdicts import Finding, RecipeCheck, claim_verdict
 from harness.core import Direction, TrialOutcome
@@ -83,12 +85,16 @@ def findings(
     models: Sequence[str] = (),
     trivial: TrivialLevels | None = None,
     schedule: SeedSchedule | None = None,
+    registered: Sequence[datetime | None] = (),
+    ended: Mapping[str, datetime] | None = None,
 ) -> list[Finding]:
     """The verdict of each claim (see the module doc). `metric` is the default of claims that
     name none; `models` orders recipes of claims that list none (default: sorted); `trivial`
     gives each task's trivial predictor's values (a trial's own `trivial_name(metric)` result
     takes precedence; without either, no check is degenerate); `schedule`: the suite's
-    sequential seeds, if any (sweep points are then chosen on its initial seeds)."""
+    sequential seeds, if any (sweep points are then chosen on its initial seeds);
+    `registered` (per claim) and `ended` (trial key -> end time) mark exploratory claims
+    (`harness.claims.exploratory`)."""
     tune_metric = tune_metric or metric
     outcomes = list(outcomes)
     tuned_on = tuning_seeds(schedule)
@@ -102,7 +108,8 @@ def findings(
         for check in _checks(index, claim, tuned, baseline, metric, alpha, models, levels)
     ]
     if schedule is not None:
-        return _sequential_findings(claims, pending, baseline, metric, alpha, schedule)
+        found = _sequential_findings(claims, pending, baseline, metric, alpha, schedule)
+        return _marked(found, claims, baseline, registered, outcomes, ended or {})
     family = [
         i
         for i, c in enumerate(pending)
@@ -116,7 +123,25 @@ def findings(
         decide_check(claims[c.claim], c, adjusted.get(i), alpha, each)
         for i, c in enumerate(pending)
     ]
-    return _by_claim(claims, pending, checks, baseline, metric)
+    found = _by_claim(claims, pending, checks, baseline, metric)
+    return _marked(found, claims, baseline, registered, outcomes, ended or {})
+
+
+def _marked(
+    found: list[Finding],
+    claims: Sequence[Claim],
+    baseline: str | None,
+    registered: Sequence[datetime | None],
+    outcomes: list[TrialOutcome],
+    ended: Mapping[str, datetime],
+) -> list[Finding]:
+    """The findings with their exploratory notes (`harness.claims.exploratory`)."""
+    if not registered:
+        return found
+    return [
+        replace(f, exploratory=exploratory_note(c, c.than or baseline, when, outcomes, ended))
+        for f, c, when in zip(found, claims, registered, strict=True)
+    ]
 
 
 def _sequential_findings(

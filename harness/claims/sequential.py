@@ -90,6 +90,9 @@ class SequentialCheck:
     """planned: the schedule's looks with O'Brien-Fleming alpha shares; unplanned: anytime."""
     kind: Kind = "directional"
     """A tie's `detectable` is the narrowest margin max seeds could confirm."""
+    p_raw: float | None = None
+    """The rule's p-value of 0 before Holm (directional checks): what a wider family, such as
+    every claim of a findings page (`harness.claims.page`), adjusts."""
 
 
 @dataclass(frozen=True)
@@ -130,9 +133,10 @@ def decide(
     directional = [i for i, c in enumerate(checks) if c.kind == "directional"]
     raw = [rule.p(observed[i]) for i in directional]
     adjusted = dict(zip(directional, map(float, holm(raw)), strict=True)) if raw else {}
+    unadjusted = dict(zip(directional, raw, strict=True))
     m = max(1, len(directional))
     return [
-        _decision(check, look, adjusted.get(i), alpha, alpha / m, rule)
+        _decision(check, look, (adjusted.get(i), unadjusted.get(i)), alpha, alpha / m, rule)
         for i, (check, look) in enumerate(zip(checks, observed, strict=True))
     ]
 
@@ -213,8 +217,15 @@ def _tie_outcome(
 
 
 def _decision(
-    check: CheckInput, looks: Looks, p: float | None, alpha: float, each: float, rule: Rule
+    check: CheckInput,
+    looks: Looks,
+    ps: tuple[float | None, float | None],
+    alpha: float,
+    each: float,
+    rule: Rule,
 ) -> CheckDecision:
+    """One check's outcome and record; `ps`: its Holm-adjusted and raw p (directional)."""
+    p, p_raw = ps
     tie = check.kind == "tie"
     level = alpha if tie else each
     decided: Outcome | None = None
@@ -265,6 +276,7 @@ def _decision(
         check.cpu_s,
         rule.looks,
         check.kind,
+        p_raw,
     )
     return CheckDecision(decided, record)
 

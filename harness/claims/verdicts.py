@@ -94,21 +94,36 @@ class RecipeCheck:
     @property
     def excludes(self) -> str:
         """What an undecided check's interval rules out: "not reproduced at this scale: the
-        interval excludes the paper's effect (-0.05)", or "rules out differences outside
+        interval excludes the paper's effect (-0.05)" where it lies short of it, "the interval
+        lies beyond the paper's effect" where every value in it is larger in the claimed
+        direction, else the mean's interval against 0 or "rules out differences outside
         [-0.01, +0.02]"; empty when decided or without an interval."""
         low, high = self.ci_low, self.ci_high
         if self.verdict != "inconclusive" or low is None or high is None:
             return ""
+        shown = f"[{low:+.3g}, {high:+.3g}]"
         effect = self.paper_effect
         if effect is not None and not low <= effect <= high:
-            return f"{NOT_AT_SCALE}: the interval excludes the paper's effect ({effect:+.3g})"
-        shown = f"[{low:+.3g}, {high:+.3g}]"
+            paper = f"the paper's effect ({effect:+.3g})"
+            if (low > effect) == (effect < 0):  # the interval is on 0's side of the effect
+                return f"{NOT_AT_SCALE}: the interval {shown} excludes {paper}"
+            return (
+                f"the interval {shown} lies beyond {paper}, the sign test "
+                f"({self.signs[0]}/{self.signs[1]}) does not decide yet: more seeds of one sign"
+            )
         if low > 0 or high < 0:
             return (
                 f"the mean's interval {shown} excludes 0, the sign test "
                 f"({self.signs[0]}/{self.signs[1]}) does not decide yet: more seeds of one sign"
+                + self._contains_effect("")
             )
-        return f"rules out differences outside {shown}"
+        return f"rules out differences outside {shown}" + self._contains_effect("0 and ")
+
+    def _contains_effect(self, also: str) -> str:
+        """ " (it contains 0 and the paper's effect, +0.03)" where the claim declares one."""
+        if self.paper_effect is None:
+            return ""
+        return f" (it contains {also}the paper's effect, {self.paper_effect:+.3g})"
 
     @property
     def degenerate(self) -> bool:
@@ -172,6 +187,9 @@ class Finding:
     """Recipes whose verdict differs from the first tested recipe's."""
     scope: str = ""
     """The claim's `scope:` note, shown with the verdict."""
+    exploratory: str = ""
+    """Why the claim is exploratory (registered after trials it uses were stored,
+    `harness.claims.exploratory`); empty for a confirmatory claim."""
 
     @property
     def implicit(self) -> bool:
@@ -217,6 +235,8 @@ class Finding:
             text += f"; not tested on {', '.join(untested)} (degenerate)"
         if self.scope:
             text += f"; scope: {self.scope}"
+        if self.exploratory:
+            text += f"; exploratory: {self.exploratory}"
         return text
 
     def _compatible_text(self) -> str:

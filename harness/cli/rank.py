@@ -132,17 +132,23 @@ def plan_lines(
     return lines
 
 
-def current_plan(suite: Suite, engine: Engine) -> RankPlan:
-    """What `rank` ranks of a suite file: its trials as planned now (and why some have no
-    stored result)."""
+def current_plan(suite: Suite, engine: Engine, path: Path | None = None) -> RankPlan:
+    """What `rank` ranks of the suite file at `path`: its trials as planned now (and why some
+    have no stored result), and when its claims were registered (`harness.spec.history`)."""
     from harness.ranking.suite import planned
+    from harness.spec.history import registrations
     from harness.spec.plan import plan_suite
 
-    return planned(engine, suite, plan_suite(suite))
+    registered = registrations(path, suite.expect, suite.baseline) if path and suite.expect else ()
+    return planned(engine, suite, plan_suite(suite), registered)
 
 
 def build_ranking(
-    suite: Suite, engine: Engine, metric: str | None = None, all_points: bool = False
+    suite: Suite,
+    engine: Engine,
+    metric: str | None = None,
+    all_points: bool = False,
+    path: Path | None = None,
 ) -> Ranking | None:
     """The ranking of the suite's current trials (`harness.ranking.suite.rank_suite`: the last
     nightly run's when it is newer than `layerbench run`'s)."""
@@ -151,7 +157,7 @@ def build_ranking(
 
     overrides = RankOverrides(metric=metric, all_points=all_points)
     try:
-        return rank_suite(engine, current_plan(suite, engine), overrides)
+        return rank_suite(engine, current_plan(suite, engine, path), overrides)
     except RegistryError as error:
         raise fail(str(error)) from None
 
@@ -217,7 +223,7 @@ def rank_command(
         raise fail(f"--format must be one of {', '.join(FORMATS)} (got '{format}')")
     suite = load(suite_path)
     engine = open_db(db)
-    ranking = build_ranking(suite, engine, metric, all_points)
+    ranking = build_ranking(suite, engine, metric, all_points, suite_path)
     if ranking is None:
         why = "".join(f"\n{line}" for line in current_plan(suite, engine).unstored or ())
         raise fail(f"no stored results for suite '{suite.suite}'{why}")
@@ -253,9 +259,13 @@ def report(
         engine = open_db(db)
         if html is not None:
             command = report_command(suite_path, db, html, metric)
-            path = write_html(engine, suite, current_plan(suite, engine), html, command, metric)
+            path = write_html(
+                engine, suite, current_plan(suite, engine, suite_path), html, command, metric
+            )
         else:
-            path = write_report(engine, suite, current_plan(suite, engine), folder, metric)
+            path = write_report(
+                engine, suite, current_plan(suite, engine, suite_path), folder, metric
+            )
     except (ReportError, RegistryError) as error:
         raise fail(str(error)) from None
     console.print(f"wrote {path}")

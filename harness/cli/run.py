@@ -58,7 +58,7 @@ def run(
     options = RunOptions(only=only, force=force, retry_failed=retry_failed)
     tracker = None if no_mlflow else mlflow_tracker(engine)
     outcome = execute(suite, executor, engine, tracker, options)
-    print_ranking(build_ranking(suite, engine))
+    print_ranking(build_ranking(suite, engine, path=suite_path))
     if outcome.failed:
         raise typer.Exit(1)
 
@@ -111,6 +111,11 @@ def announce(plan: RunPlan) -> None:
     console.print(
         f"{plan.suite}: {plan.n_trials} trials, {plan.n_stored} stored, {plan.n_todo} to run" + most
     )
+    if plan.other_cpus:
+        from harness.service.run import mixed_cpus_note
+
+        note = f"[yellow]warning:[/] {mixed_cpus_note(plan.other_cpus)}"
+        console.print(note, highlight=False, soft_wrap=True)
 
 
 def show_look(text: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from harness.cache import DataMissingError
@@ -18,12 +19,14 @@ from harness.ranking.ranker import rank
 from harness.ranking.records import Ranking
 from harness.registry import TASKS, TrainTaskEntry
 from harness.spec.declaration import RankingDeclaration
+from harness.spec.history import as_utc
 from harness.spec.rank import Claim, RankSpec, SeedSchedule, tuning_seeds
 from harness.spec.schema import Suite
 from harness.stats.examples import ExampleOutcomes
 from harness.store.coverage import unstored_notes
 from harness.store.nightly import latest_results
 from harness.store.queries import (
+    end_times,
     example_outcomes,
     recorded_plan,
     stored_outcomes,
@@ -64,10 +67,25 @@ class RankPlan:
     tasks: Mapping[str, Mapping[str, Any]] | None = None
     """The suite's task sections (their trivial predictors' levels); None: read them from the
     stored trials' configs."""
+    registered: tuple[datetime | None, ...] = ()
+    """When each claim was registered (`harness.spec.history`; empty: the claims' own
+    `registered:` fields): exploratory claims."""
+
+    def registrations(self) -> tuple[datetime | None, ...]:
+        """Per claim, when it was registered (None: unknown)."""
+        if self.registered:
+            return self.registered
+        return tuple(as_utc(c.registered) if c.registered else None for c in self.claims)
 
 
-def plan_of(suite: Suite, keys: list[str], unstored: tuple[str, ...] | None = None) -> RankPlan:
-    """What to rank of a suite file: its trials `keys` (as the runner plans them now)."""
+def plan_of(
+    suite: Suite,
+    keys: list[str],
+    unstored: tuple[str, ...] | None = None,
+    registered: tuple[datetime | None, ...] = (),
+) -> RankPlan:
+    """What to rank of a suite file: its trials `keys` (as the runner plans them now);
+    `registered`: when each claim was registered (`harness.spec.history.registrations`)."""
     declared = RankingDeclaration.of_suite(suite)
     return RankPlan(
         suite=suite.suite,
@@ -79,6 +97,7 @@ def plan_of(suite: Suite, keys: list[str], unstored: tuple[str, ...] | None = No
         unstored=unstored,
         schedule=declared.schedule,
         tasks=dict(suite.tasks),
+        registered=registered,
     )
 
 
@@ -102,25 +121,43 @@ def trivial_levels(tasks: Mapping[str, Mapping[str, Any]]) -> tuple[TrivialLevel
     return levels, warnings
 
 
-def planned(engine: Engine, suite: Suite, trials: list[PlannedTrial]) -> RankPlan:
+def planned(
+    engine: Engine,
+    suite: Suite,
+    trials: list[PlannedTrial],
+    registered: tuple[datetime | None, ...] = (),
+) -> RankPlan:
     """What to rank of a suite file planned as `trials`, with why some have no stored result.
     Under sequential seeds only the initial seeds are owed: a later seed runs only when a look
     asks for it, so its absence needs no reason."""
     owed = [t for t in trials if suite.schedule is None or t.seed < suite.schedule.initial]
     notes = tuple(unstored_notes(engine, owed))
-    return plan_of(suite, [trial.key for trial in trials], notes)
+    return plan_of(suite, [trial.key for trial in trials], notes, registered)
 
 
-def unstored_count_note(plan: RankPlan, found: int) -> list[str]:
+def unstored_count_note(plan: RankPlan, stored: Sequence[TrialOutcome]) -> list[str]:
     """The line for a recorded plan's trials without a stored result (their reasons need the
-    suite file: `planned`)."""
-    absent = len(plan.keys) - found
+    suite file: `planned`). Under sequential seeds a later seed runs only when a look asks for
+    it, so those are counted apart from the initial seeds really missing (the plan holds every
+    seed up to `max` of every cell and sweep point: `initial / max` of its trials are
+    initial)."""
+    absent = len(plan.keys) - len(stored)
     if absent <= 0:
         return []
-    return [
-        f"{absent} of {len(plan.keys)} planned trials have no stored result (not run, running, "
-        f"or interrupted): `layerbench rank` of the suite file says why"
-    ]
+    head = f"{absent} of {len(plan.keys)} planned trials have no stored result"
+    why = "(not run, running, or interrupted): `layerbench rank` of the suite file says why"
+    schedule = plan.schedule
+    if schedule is None or len(plan.keys) % schedule.max:
+        return [f"{head} {why}"]
+    initial = len(plan.keys) // schedule.max * schedule.initial
+    missing = max(0, initial - sum(o.seed < schedule.initial for o in stored))
+    later = (
+        f"{absent - missing} are later seeds the sequential rule has not asked for (its "
+        "comparisons need no more, or its next look has not run)"
+    )
+    if not missing:
+        return [f"{head}: {later}; every initial seed is stored"]
+    return [f"{head}: {missing} of the {initial} initial-seed trials {why}; {later}"]
 
 
 def recorded(engine: Engine, suite: str) -> RankPlan:
@@ -227,7 +264,7 @@ def rank_suite(
         return None
     gaps = list(plan.unstored) if plan.unstored is not None else []
     if plan.unstored is None and overrides.current_only:
-        gaps = unstored_count_note(plan, len(loaded))
+        gaps = unstored_count_note(plan, loaded)
     chosen = plan.baseline if overrides.baseline is None else overrides.baseline.name
     if overrides.all_points:
         outcomes = each_point(outcomes)
@@ -240,7 +277,8 @@ def rank_suite(
     if not overrides.all_points and compared_claims(plan, outcomes):
         tasks = plan.tasks if plan.tasks is not None else task_sections(engine, plan.keys)
         levels, notes = trivial_levels(tasks)
-        found = claim_findings(plan, outcomes, ranking.alpha, levels)
+        ended = end_times(engine, plan.keys) if any(plan.registrations()) else {}
+        found = claim_findings(plan, outcomes, ranking.alpha, levels, ended)
     warnings = [*gaps, *plan.warnings, *ranking.warnings, *notes]
     if plan.schedule is not None:
         warnings.append(SEQUENTIAL_WARNING)
@@ -249,7 +287,7 @@ def rank_suite(
 
 SEQUENTIAL_WARNING = (
     "sequential seeds: each method's seeds were chosen by the run's looks, so the p-values and "
-    "verdicts of the tables above are fixed-n tests on data-dependent seeds; the anytime-valid "
+    "verdicts of the tables above are fixed-n tests on data-dependent seeds; the sequential rule's "
     "verdicts are the Findings' (docs/sequential.md)"
 )
 
@@ -277,10 +315,12 @@ def claim_findings(
     outcomes: Sequence[TrialOutcome],
     alpha: float | None = None,
     trivial: TrivialLevels | None = None,
+    ended: Mapping[str, datetime] | None = None,
 ) -> list[Finding]:
     """The verdicts of the plan's claims (`compared_claims`) on these outcomes, tuned the way
     its `rank` section says (`alpha`: the suite's unless given; `trivial`: the tasks' trivial
-    levels, computed from the plan's task sections unless given)."""
+    levels, computed from the plan's task sections unless given; `ended`: the trials' end
+    times, which mark claims registered after them exploratory)."""
     claims = compared_claims(plan, outcomes)
     if not claims:
         return []
@@ -298,4 +338,6 @@ def claim_findings(
         models=plan.models,
         trivial=trivial,
         schedule=plan.schedule,
+        registered=plan.registrations() if plan.claims and ended else (),
+        ended=ended,
     )

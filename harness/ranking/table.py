@@ -358,8 +358,15 @@ def findings_table(ranking: Ranking) -> Table | None:
     if sequential:
         title = f"Findings (expected claims; alpha {ranking.alpha:g}; {SEQUENTIAL_HEADER})"
         header.insert(header.index("verdict"), "seeds used")
-        header[header.index("CI of Δ")] = "anytime interval of Δ"
-        header[header.index("p (Holm)")] = "anytime p (Holm)"
+        planned = all(
+            c.sequential.looks_plan == "planned"
+            for f in ranking.findings
+            for c in f.checks
+            if c.sequential
+        )
+        word = "planned-looks" if planned else "anytime"
+        header[header.index("CI of Δ")] = f"{word} interval of Δ"
+        header[header.index("p (Holm)")] = f"{word} p (Holm)"
     for finding in ranking.findings:
         several = len({check.task for check in finding.checks}) > 1
         checks: list[RecipeCheck | None] = list(finding.checks) or [None]

@@ -11,7 +11,7 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,8 +39,15 @@ from harness.runner.cost import trial_cost
 from harness.runner.devices import DeviceUnavailableError, autocast, environment, resolve_device
 from harness.runner.distributed import SINGLE, Ranks, in_rank, join, launch, synced, wrap
 from harness.runner.finetune import finetune_summary, finetuning_subjects, trainable_params
-from harness.runner.posttrain import compress, task_calibration, task_validation
+from harness.runner.posttrain import (
+    averaged_draws,
+    compress,
+    draws,
+    task_calibration,
+    task_validation,
+)
 from harness.runner.process import die_with_parent, quiet_libraries
+from harness.runner.timing import Clock, tokens_per_s
 from harness.runner.warm import prebuilt_task, train_task
 from harness.spec.plan import trial_versions
 from harness.spec.recipe import TrialKind, TrialRecipe, load_recipe
@@ -67,19 +74,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-@dataclass
-class Clock:
-    """Train time (optimizer steps only) and wall time since the trial started."""
-
-    start: float = field(default_factory=time.perf_counter)
-    train_s: float = 0.0
-    eval_s: float = 0.0
-
-    @property
-    def wall_s(self) -> float:
-        return time.perf_counter() - self.start
 
 
 @dataclass
@@ -320,18 +314,27 @@ def train_and_evaluate(
         result.environment |= {"ranks": trial.ranks.world, "parallel": recipe.train.parallel}
     train(trial, result, clock, report, checkpoints)
     cost = training_cost(trial, result, clock)
-    compressed: dict[str, float] = {}
-    if recipe.prune is not None or recipe.quantize is not None:
-        started = time.perf_counter()
-        trial.model, compressed, layers = compress(
-            trial.model,
-            recipe,
-            task_calibration(trial.task, recipe, trial.device),
-            result.steps_done,
-            task_validation(trial.task, recipe),
+    if recipe.prune is None and recipe.quantize is None:
+        return {**evaluate(trial, clock, final=True), **efficiency(trial, result, clock), **cost}
+    started = time.perf_counter()
+    calibration = task_calibration(trial.task, recipe, trial.device)
+    validation = task_validation(trial.task, recipe)
+    if draws(recipe) > 1:  # random criteria: the mean over draws of the same trained model
+
+        def drawn(model: nn.Module) -> dict[str, float]:
+            built = replace(trial, model=model)
+            return efficiency(built, result, clock) | evaluate(built, clock, final=True)
+
+        found, layers = averaged_draws(
+            trial.model, recipe, calibration, result.steps_done, validation, drawn
         )
         result.layer_stats += layers
-        clock.eval_s += time.perf_counter() - started
+        return {**found, **cost}
+    trial.model, compressed, layers = compress(
+        trial.model, recipe, calibration, result.steps_done, validation
+    )
+    result.layer_stats += layers
+    clock.eval_s += time.perf_counter() - started
     return {
         **evaluate(trial, clock, final=True),
         **efficiency(trial, result, clock),
@@ -410,10 +413,6 @@ def efficiency(trial: BuiltTrial, result: TrialResult, clock: Clock) -> dict[str
         "tokens_per_s": tokens_per_s(result, clock),
         "params": float(sum(p.numel() for p in trial.model.parameters())),
     }
-
-
-def tokens_per_s(result: TrialResult, clock: Clock) -> float:
-    return result.tokens / clock.train_s if clock.train_s else 0.0
 
 
 def training_cost(trial: BuiltTrial, result: TrialResult, clock: Clock) -> dict[str, float]:

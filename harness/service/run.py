@@ -33,6 +33,7 @@ from sqlalchemy import Engine
 
 from harness.cache import offline_unless_hub_reachable
 from harness.core import Status, TrialOutcome
+from harness.env import cpu_model
 from harness.records import PlannedTrial, TrialResult
 from harness.runner.backend import Executor, Prepares, Progress, SilentProgress
 from harness.service.rounds import Round, RoundPolicy, default_policy
@@ -41,7 +42,13 @@ from harness.spec.declaration import RankingDeclaration
 from harness.spec.plan import plan_suite, select_trials
 from harness.store.db import StoreLedger, suite_run
 from harness.store.models import SuiteRun
-from harness.store.queries import recorded_plan, stored_outcomes, trial_statuses, unlogged_count
+from harness.store.queries import (
+    cpu_kinds,
+    recorded_plan,
+    stored_outcomes,
+    trial_statuses,
+    unlogged_count,
+)
 
 
 class Tracker(Protocol):
@@ -124,6 +131,9 @@ class RunPlan:
     n_todo: int
     n_most: int | None = None
     """With sequential seeds: the selected trials up to `max` seeds (later rounds may run)."""
+    other_cpus: dict[str, int] = field(default_factory=dict)
+    """Stored trials this run reuses that ran on another kind of CPU than this machine's, by
+    CPU model (`mixed_cpus_note`)."""
 
     @property
     def n_stored(self) -> int:
@@ -188,7 +198,8 @@ def run_suite(
     batch = _todo(store, asked, options)
     if batch and isinstance(executor, Prepares):
         executor.prepare(batch)  # e.g. the fork server warms up meanwhile
-    display.announce(RunPlan(suite.suite, len(asked), len(batch), policy.most(trials)))
+    others = _other_cpus(store, trials, batch)
+    display.announce(RunPlan(suite.suite, len(asked), len(batch), policy.most(trials), others))
     tracking = _tracking(store, suite, tracker, bool(batch))
     with record.open(store, suite, trials, len(batch)) as run:
         if run is not None:
@@ -234,6 +245,30 @@ def _stored(
         return []
     keys = [t.key for t in planned]
     return stored_outcomes(store, keys, suite=suite.suite, metrics=policy.reads)
+
+
+def _other_cpus(
+    store: Engine, trials: Sequence[PlannedTrial], batch: Sequence[PlannedTrial]
+) -> dict[str, int]:
+    """The stored CPU trials reused beside the `batch` about to run here that ran on another
+    kind of CPU (their numbers can differ from this machine's in the last digits), by model;
+    empty when nothing runs."""
+    if not batch:
+        return {}
+    running = {t.key for t in batch}
+    kinds = cpu_kinds(store, [t.key for t in trials if t.key not in running])
+    return {cpu: n for cpu, n in kinds.items() if cpu != cpu_model()}
+
+
+def mixed_cpus_note(others: dict[str, int]) -> str:
+    """The warning `layerbench run` prints when it reuses trials of another CPU kind."""
+    listed = ", ".join(f"{n} on {cpu}" for cpu, n in sorted(others.items()))
+    return (
+        f"{sum(others.values())} stored trials this run reuses ran on another kind of CPU than "
+        f"this machine's ({cpu_model()}): {listed}. The trial key does not include the CPU "
+        "kind, and the same trial can differ in the last digits across CPUs (about 1e-5 has "
+        "been seen): they are mixed with the trials run here unless `--force` retrains them"
+    )
 
 
 def _todo(store: Engine, batch: Sequence[PlannedTrial], options: RunOptions) -> list[PlannedTrial]:

@@ -3,6 +3,7 @@ and the seeds (a fixed list or a sequential schedule)."""
 
 from __future__ import annotations
 
+from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -143,6 +144,12 @@ class Claim(StrictModel):
         "",
         description="Why the verdict may not speak to the paper at this scale (e.g. its "
         "precondition is absent); shown with the verdict.",
+    )
+    registered: datetime | date | None = Field(
+        None,
+        description="When the claim was added to the suite (a date: its start, UTC); a claim "
+        "registered after trials it uses were stored is exploratory. None: the suite file's git "
+        "history says (`harness.spec.history`).",
     )
 
     @model_validator(mode="after")

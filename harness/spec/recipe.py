@@ -267,6 +267,7 @@ class TrialRecipe:
         """The trial's config: the JSON stored with the trial and hashed into its key (see the
         module docstring for what it keeps as it always was)."""
         sections = {name: dumped(getattr(self, name)) for name in SETTINGS}
+        without_single_draw(sections)
         train = self.train.model_dump(mode="json", exclude={"compile", *self.unset_train()})
         sections["train"] = {**train, "compile": True} if self.compile else train
         threads = {} if self.threads == DEFAULT_THREADS else {"threads": self.threads}
@@ -359,6 +360,15 @@ def evaluation_section(
             f"`evaluate` names task type '{entry.name}', which trains; name an lm-eval task"
         )
     return entry, section
+
+
+def without_single_draw(sections: dict[str, Any]) -> None:
+    """Drop `draws: 1` (the default) from the prune and layerwise-quantization sections, so the
+    keys of trials stored before `draws` existed still match (`draws` > 1 enters the key)."""
+    layerwise = (sections.get("quantize") or {}).get("layerwise") or {}
+    for section in (sections.get("prune") or {}, layerwise):
+        if section.get("draws") == 1:
+            del section["draws"]
 
 
 def dumped(section: BaseModel | Any) -> Any:

@@ -221,6 +221,11 @@ class PruneSpec(StrictModel):
     calibration_samples: PositiveInt = Field(
         32, description="Sequences of training data the data-driven criteria score layers on."
     )
+    draws: PositiveInt = Field(
+        1,
+        description="A random criterion: prune this many draws of the same trained model and "
+        "report the mean of their metrics (draw 0 is the seed's single draw).",
+    )
 
     @model_validator(mode="after")
     def one_amount(self) -> PruneSpec:
@@ -243,6 +248,11 @@ class LayerwiseQuantSpec(StrictModel):
     )
     fraction_high: float = Field(
         0.25, ge=0.0, le=1.0, description="The fraction of the blocks that get `high_bits`."
+    )
+    draws: PositiveInt = Field(
+        1,
+        description="A random importance: quantize this many draws of the same trained model "
+        "and report the mean of their metrics (draw 0 is the seed's single draw).",
     )
 
 

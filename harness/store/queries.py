@@ -6,6 +6,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator
+from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
@@ -279,6 +280,30 @@ def recorded_plan(
             if run.trial_keys is not None:
                 return RankingDeclaration.read(run.ranking), list(run.trial_keys)
         return (RankingDeclaration.read(latest.ranking), None) if latest else None
+
+
+def end_times(engine: Engine, keys: Iterable[str]) -> dict[str, datetime]:
+    """Trial key -> when the trial ended (stored as naive UTC), for the keys that have ended."""
+    found: dict[str, datetime] = {}
+    with engine.connect() as connection:
+        for chunk in chunks(keys, OUTCOME_CHUNK):
+            query = select(Trial.key, Trial.ended_at).where(Trial.key.in_(chunk))
+            found |= {key: ended for key, ended in connection.execute(query) if ended is not None}
+    return found
+
+
+def cpu_kinds(engine: Engine, keys: Iterable[str]) -> dict[str, int]:
+    """CPU model -> how many of the finished trials `keys` ran on that kind of CPU (trials that
+    ran on a GPU are not counted)."""
+    found: dict[str, int] = defaultdict(int)
+    with engine.connect() as connection:
+        for chunk in chunks(keys, OUTCOME_CHUNK):
+            query = select(Trial.environment, Trial.status).where(Trial.key.in_(chunk))
+            for environment, status in connection.execute(query):
+                env = environment if isinstance(environment, dict) else {}
+                if status in FINAL and env.get("cpu") and env.get("device_name") == env["cpu"]:
+                    found[str(env["cpu"])] += 1
+    return dict(found)
 
 
 def suite_keys(engine: Engine, suite: str) -> list[str]:
