@@ -107,6 +107,17 @@ def test_a_huge_difference_is_decided_at_the_first_look_and_an_open_one_is_not()
     assert second.outcome is None and second.record.stopped is None  # no futility at look 1
 
 
+def test_a_decision_keeps_the_side_of_the_look_that_decided_it() -> None:
+    """Decided at look 2 (16 seeds all clearly positive), a check stays "positive" when 8 more
+    seeds (run for another claim's sake) pull the mean below 0: a later look does not turn the
+    evidence for the claim into a contradiction."""
+    diffs = np.r_[np.linspace(1.0, 1.1, 16), np.full(8, -5.0)]
+    (check,) = decide([CheckInput("directional", diffs)], 0.05, 8, 8, 24)
+    assert check.outcome == "positive"
+    (first_16,) = decide([CheckInput("directional", diffs[:16])], 0.05, 8, 8, 24)
+    assert first_16.outcome == "positive"
+
+
 def test_futility_stops_a_null_difference_after_the_second_look_and_says_what_max_detects() -> None:
     diffs = np.array([0.3, -0.2, 0.1, -0.25, 0.2, -0.1])
     (decision,) = decide([CheckInput("directional", diffs)], 0.05, 3, 3, 24)

@@ -155,19 +155,35 @@ class Rule:
         padded = np.concatenate([self.weights, np.zeros(max(0, count - self.weights.size))])
         return padded[:count]
 
+    def per_look(self, looks: Looks) -> np.ndarray:
+        """Planned looks: each look's p-value of 0 (t and sign must agree,
+        `harness.stats.planned`)."""
+        sizes = np.array(looks.sizes)
+        return robust_p(sizes, looks.means, looks.sds, looks.wins, looks.losses)
+
     def p(self, looks: Looks) -> float:
         """The check's p-value of 0: t and sign must agree (`harness.stats.planned`)."""
         if not looks.sizes:
             return 1.0
         if self.looks == "planned":
-            sizes = np.array(looks.sizes)
-            per_look = robust_p(sizes, looks.means, looks.sds, looks.wins, looks.losses)
-            return float(planned_p(per_look, self.shares(sizes.size)))
+            return float(planned_p(self.per_look(looks), self.shares(len(looks.sizes))))
         wins, losses = looks.wins[-1], looks.losses[-1]
         if np.sign(looks.means[-1]) != np.sign(wins - losses):
             return 1.0
         sign = float(min(1.0, np.exp(-np.max(sign_log_e(looks.wins, looks.losses)))))
         return max(looks.anytime_p(), sign)
+
+    def direction(self, looks: Looks, low: float, high: float) -> Outcome:
+        """The side of 0 a decided directional check is on: planned, that of the look whose
+        p_k / w_k decided it (a later look may go the other way, not undoing the decision);
+        unplanned, that of its running interval, which excludes 0."""
+        if self.looks == "planned":
+            with np.errstate(divide="ignore"):
+                ratios = self.per_look(looks) / self.shares(len(looks.sizes))
+            mean = looks.means[int(np.argmin(ratios))]
+        else:
+            mean = 1.0 if low > 0 else -1.0 if high < 0 else looks.means[-1]
+        return "positive" if mean > 0 else "negative"
 
     def factors(self, looks: Looks, level: float, tie: bool) -> np.ndarray:
         """Half-widths in sds of the check's interval at each look (each side at `level` for
@@ -238,7 +254,7 @@ def _decision(
             else (-np.inf, np.inf)
         )
         if p is not None and p < alpha and looks.sizes:
-            decided = "positive" if looks.means[-1] > 0 else "negative"
+            decided = rule.direction(looks, low, high)
     final = rule.final_factor(level, tie)
     power = (
         float(
