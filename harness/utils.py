@@ -6,7 +6,9 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -99,3 +101,20 @@ def exit_now(status: int = 0) -> None:
         if stream is not None:
             stream.flush()
     os._exit(status)
+
+
+@contextmanager
+def kept_signal_handlers(*signums: int) -> Iterator[None]:
+    """The handlers of `signums` as they were once the block ends: a library that installs its
+    own (Ray's driver takes SIGTERM and keeps it after `ray.shutdown`) does not leave it to the
+    rest of the process, whose forked children would inherit it and ignore a terminate."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread can set handlers, so nothing can have replaced them
+        return
+    saved = {signum: signal.getsignal(signum) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            if handler is not None:
+                signal.signal(signum, handler)

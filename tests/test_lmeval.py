@@ -276,8 +276,12 @@ def test_trials_starting_together_convert_a_model_once(tmp_path: Path) -> None:
     target = tmp_path / "models" / "smollm2-135m"
     # forked, not spawned: three processes at once as three trials are, without each importing
     # this module (torch, transformers) again first
-    with multiprocessing.get_context("fork").Pool(3) as pool:
+    pool = multiprocessing.get_context("fork").Pool(3)
+    try:
         done = pool.map(convert_in_a_process, [str(target)] * 3)
+    finally:  # the workers end on their own (a terminate relies on their SIGTERM handler)
+        pool.close()
+        pool.join()
     assert done == [str(target)] * 3
     assert len((tmp_path / "models" / "conversions.log").read_text().splitlines()) == 1
     assert (target / "weights.bin").stat().st_size == 1000

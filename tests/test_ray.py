@@ -22,6 +22,7 @@ from harness.spec import load_suite
 from harness.spec.plan import plan_suite
 from harness.store.models import MetricPoint, Result
 from harness.trial_metrics import MEASURED_METRICS
+from harness.utils import kept_signal_handlers
 from tests.factories import ROOT, count, invoke, run_beside, run_process, trials_by_key
 from tests.test_checkpoint import stored
 
@@ -74,17 +75,20 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
         patch.setenv("LAYERBENCH_TEST_PIDS", str(pids))
         patch.setenv("LAYERBENCH_CHECKPOINTS", str(tmp_path_factory.mktemp("checkpoints")))
         patch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-        context = ray.init(  # "local": a new instance, even if another runs on this machine
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            _node_ip_address="127.0.0.1",  # Ray resolves a loopback address to the machine's
-        )
-        try:
-            yield context.address_info["gcs_address"], pids
-        finally:
-            ray.shutdown()
+        # Ray's driver takes SIGTERM: the module's later tests (and their forked children) keep
+        # the test process's own handlers
+        with kept_signal_handlers(signal.SIGTERM, signal.SIGINT):
+            context = ray.init(  # "local": a new instance, even if another runs on this machine
+                address="local",
+                num_cpus=2,
+                include_dashboard=False,
+                log_to_driver=False,
+                _node_ip_address="127.0.0.1",  # Ray resolves a loopback address to the machine's
+            )
+            try:
+                yield context.address_info["gcs_address"], pids
+            finally:
+                ray.shutdown()
 
 
 def final_metrics(url: str) -> dict[tuple[str, int], dict[str, float]]:

@@ -148,3 +148,17 @@ def test_a_start_up_imports_without_the_collector_then_freezes_what_it_imported(
     report = probe(tmp_path, STARTUP_PROBE)
     assert report["paused"] and report["after"]
     assert report["frozen"] > 10_000  # SQLAlchemy's classes, functions and tables
+
+
+def test_a_library_that_takes_sigterm_leaves_the_process_its_own_handler() -> None:
+    """Ray's driver installs a SIGTERM handler and keeps it after `ray.shutdown`: a pool forked
+    later inherits it and its workers ignore `terminate()` (a test hung on it). The Ray backend
+    and the tests' Ray run inside `kept_signal_handlers`."""
+    import signal
+
+    from harness.utils import kept_signal_handlers
+
+    before = signal.getsignal(signal.SIGTERM)
+    with kept_signal_handlers(signal.SIGTERM):
+        signal.signal(signal.SIGTERM, lambda *_: None)  # what Ray's driver does
+    assert signal.getsignal(signal.SIGTERM) is before

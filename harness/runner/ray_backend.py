@@ -12,6 +12,7 @@ retried and ends the trial `failed` with Ray's error, as does a death after the 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -38,6 +39,7 @@ from harness.runner.backend import (
 )
 from harness.runner.local import TrialProcessDied, run_forked
 from harness.spec.schema import ResourcesSpec, Suite
+from harness.utils import kept_signal_handlers
 
 if TYPE_CHECKING:
     from ray import ObjectRef
@@ -154,13 +156,14 @@ def run_ray(
     When `stop` is set, the tasks in flight are cancelled and their claims released."""
     ray = import_ray()
     joined = not ray.is_initialized()
-    if joined:
-        connect(ray, address)
-    try:
-        return drive(ray, trials, ledger, resources, max_retries, progress, stop)
-    finally:
+    with kept_signal_handlers(signal.SIGTERM, signal.SIGINT):
         if joined:
-            ray.shutdown()
+            connect(ray, address)
+        try:
+            return drive(ray, trials, ledger, resources, max_retries, progress, stop)
+        finally:
+            if joined:
+                ray.shutdown()
 
 
 def drive(
