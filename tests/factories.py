@@ -8,6 +8,7 @@ their fake databases with the same functions."""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import subprocess
@@ -463,3 +464,27 @@ def count(url: str, table: type, trial_id: int) -> int:
         return session.scalar(
             select(func.count()).select_from(table).where(table.trial_id == trial_id)
         )
+
+
+CHOICE_TASK = """\
+task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files: {{validation: "{folder}/validation.jsonl", test: "{folder}/test.jsonl"}}
+output_type: multiple_choice
+validation_split: validation
+test_split: test
+doc_to_text: "{{{{input}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{target}}}}"
+metric_list:
+  - {{metric: acc, aggregation: mean, higher_is_better: true}}
+"""
+
+
+def write_choice_task(folder: Path, name: str, rows: Mapping[str, list[dict[str, Any]]]) -> None:
+    """A multiple-choice lm-eval task `name` in `folder` (its `include_path`): the rows of its
+    validation (tuning) and test (reporting) splits as JSON lines, and its task file."""
+    for split, split_rows in rows.items():
+        (folder / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in split_rows))
+    (folder / f"{name}.yaml").write_text(CHOICE_TASK.format(name=name, folder=folder))

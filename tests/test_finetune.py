@@ -19,7 +19,7 @@ from harness.spec import SuiteError, load_suite
 from harness.spec.plan import plan_suite
 from harness.spec.recipe import TrialKind
 from harness.spec.sections import OptimizerSpec
-from tests.factories import byte_bpe_tokenizer, tiny_gpt, tiny_llama, write_suite
+from tests.factories import byte_bpe_tokenizer, tiny_gpt, tiny_llama, write_choice_task, write_suite
 
 N_LAYERS = 4
 TEXT = "To be, or not to be, that is the question. Whether 'tis nobler in the mind to suffer."
@@ -349,27 +349,10 @@ def test_lora_adapters_merge_into_the_weights_they_adapt() -> None:
         assert torch.allclose(merged(input_ids=ids).logits, adapted, atol=1e-5)
 
 
-MC_TASK = """\
-task: lb_ft_choice
-dataset_path: json
-dataset_kwargs:
-  data_files: {{validation: "{folder}/validation.jsonl", test: "{folder}/test.jsonl"}}
-output_type: multiple_choice
-validation_split: validation
-test_split: test
-doc_to_text: "{{{{input}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{target}}}}"
-metric_list:
-  - {{metric: acc, aggregation: mean, higher_is_better: true}}
-"""
-
-
 @pytest.mark.slow  # lm-eval's import and two runs of it
 def test_an_lm_eval_task_is_evaluated_before_and_after_fine_tuning(
     tmp_path: Path, pretrained_dir: Path, corpus_dir: Path
 ) -> None:
-    import json
 
     from harness.models.pretrained import PretrainedSpec, load_pretrained
     from harness.tasks.corpora import ModelTokenizer
@@ -377,13 +360,14 @@ def test_an_lm_eval_task_is_evaluated_before_and_after_fine_tuning(
 
     tasks = tmp_path / "tasks"
     tasks.mkdir()
-    for split, n in {"validation": 4, "test": 6}.items():
-        rows = [
+    rows = {
+        split: [
             {"input": f"{TEXT[: 20 + i]}", "choices": [" to be", " not"], "target": i % 2}
             for i in range(n)
         ]
-        (tasks / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    (tasks / "choice.yaml").write_text(MC_TASK.format(folder=tasks))
+        for split, n in {"validation": 4, "test": 6}.items()
+    }
+    write_choice_task(tasks, "lb_ft_choice", rows)
     suite = finetune_suite(tmp_path, pretrained_dir, corpus=f"file:{corpus_dir}")
     text = suite.read_text().replace(
         "  text:",

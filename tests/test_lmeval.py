@@ -31,6 +31,7 @@ from harness.tasks.lmeval import (
     lm_eval_metrics,
     task_manager,
 )
+from tests.factories import write_choice_task
 
 pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
 
@@ -305,22 +306,6 @@ def test_calibration_windows_are_spread_over_the_train_split(
     assert len({tuple(w.tolist()) for w in windows}) == 12
 
 
-TWO_SPLITS = """\
-task: lb_two_splits
-dataset_path: json
-dataset_kwargs:
-  data_files: {{validation: "{folder}/validation.jsonl", test: "{folder}/test.jsonl"}}
-output_type: multiple_choice
-validation_split: validation
-test_split: test
-doc_to_text: "{{{{input}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{target}}}}"
-metric_list:
-  - {{metric: acc, aggregation: mean, higher_is_better: true}}
-"""
-
-
 def test_a_task_with_validation_and_test_splits_reports_both(
     llama: LlamaForCausalLM,
     tokenizer: PreTrainedTokenizerFast,
@@ -328,13 +313,14 @@ def test_a_task_with_validation_and_test_splits_reports_both(
 ) -> None:
     """The test split keeps lm-eval's names (reporting); the validation split is `val_*`."""
     sizes = {"validation": 5, "test": 7}
-    for split, n in sizes.items():
-        rows = [
+    rows = {
+        split: [
             {"input": f"{split} {i}: which?", "choices": ["yes", "no"], "target": i % 2}
             for i in range(n)
         ]
-        (tmp_path / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    (tmp_path / "two_splits.yaml").write_text(TWO_SPLITS.format(folder=tmp_path))
+        for split, n in sizes.items()
+    }
+    write_choice_task(tmp_path, "lb_two_splits", rows)
     spec = LMEvalTaskSpec(task="lb_two_splits", include_path=str(tmp_path))
     evaluation = LMEvalTask(spec, ModelTokenizer(tokenizer)).evaluate(llama, batch_size=4)
     metrics, examples = evaluation.metrics, evaluation.examples
