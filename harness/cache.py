@@ -13,6 +13,10 @@ class DataMissingError(RuntimeError):
     """A model or data set that is not installed; the message names the install command."""
 
 
+CACHE_ENV = ("LAYERBENCH_CACHE", "XDG_CACHE_HOME", "HOME")
+"""The environment variables `cache_dir` reads, in order."""
+
+
 def cache_dir() -> Path:
     """`$LAYERBENCH_CACHE`, else `$XDG_CACHE_HOME/layerbench`, else `~/.cache/layerbench`."""
     if "LAYERBENCH_CACHE" in os.environ:

@@ -96,19 +96,21 @@ def test_a_server_without_the_model_stack_is_replaced_for_a_suite_that_uses_it(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("variable", ["LAYERBENCH_DATA", "LAYERBENCH_CACHE"])
 def test_a_server_started_under_another_data_folder_is_replaced(
-    tmp_path: Path, fresh_server: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fresh_server: None, monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:
     """A forked trial reads the fork server's environment: a runner whose prepared-data folder
-    changed (`LAYERBENCH_DATA`) gets a new server, so its trials read the folder it names."""
+    (`LAYERBENCH_DATA`) or cache (`LAYERBENCH_CACHE`: converted models, tokenizers) changed
+    gets a new server, so its trials read the folder it names."""
     context()
     trials = plan_suite(load_suite(write_suite(tmp_path, "pre-ln: {}")))
-    monkeypatch.setenv("LAYERBENCH_DATA", str(tmp_path / "a"))
+    monkeypatch.setenv(variable, str(tmp_path / "a"))
     warm.start_server(trials)
     first = warm._server_pid()
     warm.start_server(trials)
     assert warm._server_pid() == first
-    monkeypatch.setenv("LAYERBENCH_DATA", str(tmp_path / "b"))
+    monkeypatch.setenv(variable, str(tmp_path / "b"))
     warm.start_server(trials)
     assert warm._server_pid() not in (None, first)
 

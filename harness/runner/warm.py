@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from harness.cache import CACHE_ENV
 from harness.logs import detach_stream_handlers
 from harness.records import PlannedTrial
 from harness.runner.checkpoint_paths import CHECKPOINTS_ENV
@@ -50,10 +51,11 @@ MODEL_STACK = ("harness.models.gpt_hf", "lm_eval.api.model", "optimum.quanto")
 """Modules trials import only when they use them (`uses_model_stack`): transformers' model stack
 (through the built-in gpt's `PreTrainedModel` face), lm-eval's model API, optimum-quanto."""
 
-TRIAL_ENV = ("LAYERBENCH_DATA", CHECKPOINTS_ENV)
+TRIAL_ENV = ("LAYERBENCH_DATA", CHECKPOINTS_ENV, *CACHE_ENV)
 """Environment variables a trial reads to find its files (the prepared datasets', its
-checkpoints' folders): a forked trial sees the fork server's environment, so a server started
-under other values is replaced (`start_server`)."""
+checkpoints' folders, the cache of converted models and tokenizers): a forked trial sees the
+fork server's environment, so a server started under other values is replaced
+(`start_server`)."""
 
 log = logging.getLogger(__name__)
 _tasks: dict[str, Task] = {}
