@@ -32,6 +32,7 @@ COMPRESSION_METRICS = declare_metrics(
     ("layers", MIN, "blocks left after pruning", "blocks"),
     ("effective_bits", MIN, "parameter-weighted bits per quantized weight", "bits/weight"),
     ("model_bytes", MIN, "bytes of the model's weights after compression", "bytes"),
+    ("draws", MAX, "random draws of the trained model the metrics are the mean of", "draws"),
 )
 """What a pruned or quantized trial reports (`harness.runner.posttrain`)."""
 BEFORE = "before_"

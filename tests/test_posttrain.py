@@ -18,6 +18,7 @@ from harness.runner.trial import run_trial
 from harness.spec import SuiteError, load_suite
 from harness.spec.plan import plan_suite
 from harness.store.models import Trial
+from harness.trial_metrics import undeclared_metrics
 from tests.factories import byte_bpe_tokenizer, tiny_llama
 
 pytestmark = pytest.mark.slow  # real trials, subprocesses or the app
@@ -229,6 +230,7 @@ lq: {quantize: {scheme: rtn, bits: 3, group_size: 8, layerwise: {importance: ran
     one, three = run_trial(configs["one"]), run_trial(configs["three"])
     assert one.status == three.status == "done", three.error
     assert three.final["draws"] == 3.0 and "draws" not in one.final
+    assert undeclared_metrics("lm", three.final) == []  # the store takes `draws` silently
     assert [p.metrics for p in three.series] == [p.metrics for p in one.series]  # one training
     assert three.final["layers_removed"] == 1.0 and three.final["params"] < 1e9
     assert three.final["val_loss"] != one.final["val_loss"]  # a mean over other draws too
