@@ -31,7 +31,14 @@ from harness.stats.design import Schedule
 from harness.stats.design import directional as simulate_directional
 from harness.stats.design import tie as simulate_tie
 from harness.stats.outcomes import select_tuned
-from harness.stats.sequential import Looks, half_width_factor, log_mixture, look_sizes
+from harness.stats.planned import robust_p, spending_weights
+from harness.stats.sequential import (
+    Looks,
+    half_width_factor,
+    log_mixture,
+    look_sizes,
+    rounds_begun,
+)
 from harness.store.db import open_database
 from harness.store.queries import stored_outcomes
 from tests import factories
@@ -140,12 +147,55 @@ def test_an_undecided_check_says_what_its_seeds_could_detect_when_futile_or_at_m
 
 def test_running_interval_is_the_intersection_over_looks() -> None:
     diffs = np.array([1.0, 1.1, 0.9, 5.0, -3.0, 1.0])
-    looks = Looks.of(diffs, 3, 3)
+    looks = Looks.of(diffs, [3, 6])
     low, high = looks.interval(0.05)
     h = half_width_factor(np.array([3, 6]), 0.05)
     lows = looks.means - h * looks.sds
     highs = looks.means + h * looks.sds
     assert (low, high) == (pytest.approx(lows.max()), pytest.approx(highs.min()))
+
+
+def test_a_missing_pair_leaves_each_look_at_its_planned_round_and_share() -> None:
+    """Seeds 0-14 run (rounds n = 10, 15 of 10, 15, 20, 24); the method crashed on seed 3. The
+    first look is round 1's: its 9 pairs (seeds below 10), at round 1's share, where 9 seeds of
+    one sign do not decide (10 would: alpha w_1 = 0.0024, 2^-9 = 0.002); seed 10, of round 2,
+    does not count at round 1's share (by pair count it did, and decided)."""
+    schedule = SeedSchedule(initial=10, max=24, step=5)
+    rng = np.random.default_rng(9)
+    gains = {s: 1.0 + 0.01 * rng.standard_normal() for s in range(11)}
+    gains |= {s: -1.0 + 0.01 * rng.standard_normal() for s in range(11, 15)}
+    outcomes = [outcome("base", s, 3.0) for s in range(15)]
+    outcomes += [outcome("new", s, 3.0 - gains[s]) for s in range(15) if s != 3]
+    outcomes.append(TrialOutcome("new", "m", "t", 3, "failed", {}, key="new3"))
+    claim = Claim(method="new", than="base", direction="better", source="test")
+    (finding,) = findings(outcomes, [claim], baseline=None, metric="val_loss", schedule=schedule)
+    (check,) = finding.checks
+    record = check.sequential
+    assert record is not None and check.verdict == "inconclusive"
+    assert (record.n, record.looks) == (14, 2)
+    seeds = np.array([s for s in range(15) if s != 3])
+    diffs = np.array([-gains[s] for s in seeds])
+    looks = Looks.of(diffs, rounds_begun(15, 10, 5, 24), seeds)
+    assert (looks.sizes, looks.rounds) == ([9, 14], [10, 15])
+    weights = spending_weights([10, 15, 20, 24], 24, 0.05)[:2]
+    per_look = robust_p(np.array(looks.sizes), looks.means, looks.sds, looks.wins, looks.losses)
+    assert record.p_raw == pytest.approx(float(np.min(per_look / weights)))
+    by_pair_count = CheckInput("directional", diffs)  # the first 10 pairs at round 1's share
+    (shifted,) = decide([by_pair_count], 0.05, 10, 5, 24)
+    assert shifted.outcome == "negative" and shifted.record.looks == 2
+    complete = CheckInput("directional", diffs, seeds=seeds, ran=15)
+    (kept,) = decide([complete], 0.05, 10, 5, 24)
+    assert kept.outcome is None and kept.record.p_raw == record.p_raw
+
+
+def test_without_a_missing_pair_the_looks_are_the_pair_counts() -> None:
+    rng = np.random.default_rng(10)
+    diffs = 0.3 + rng.standard_normal(8)
+    plain = decide([CheckInput("directional", diffs)], 0.05, 3, 3, 12)
+    seeded = decide([CheckInput("directional", diffs, seeds=np.arange(8), ran=8)], 0.05, 3, 3, 12)
+    assert plain == seeded
+    assert Looks.of(diffs, rounds_begun(8, 3, 3, 12)).sizes == look_sizes(8, 3, 3) == [3, 6, 8]
+    assert rounds_begun(2, 3, 3, 12) == [] and rounds_begun(14, 3, 3, 12) == [3, 6, 9, 12, 14]
 
 
 def outcome(method: str, seed: int, loss: float, wall: float = 2.0) -> TrialOutcome:

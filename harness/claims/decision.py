@@ -45,6 +45,8 @@ class PairedCheck:
     names: tuple[str, str]
     cpu_s: float = 0.0  # wall seconds of both methods' trials of this recipe, every sweep point
     paper_effect: float | None = None  # the paper's effect as a difference (method - than)
+    seeds: np.ndarray | None = None  # the seed of each of `diffs` (None: 0, 1, ...)
+    ran: int = 0  # seeds 0 .. ran - 1 have a stored trial of both methods (finished or not)
 
     @property
     def degenerate(self) -> bool:

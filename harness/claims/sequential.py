@@ -10,7 +10,9 @@ normality, keeps a decision from resting on signs alone). Per (claim, recipe):
 
 - planned looks (a schedule's default, `looks: planned`): look k of the schedule's n = initial,
   initial + step, ..., max gets the O'Brien-Fleming share w_k of alpha (Lan & DeMets, 1983) as a
-  weighted Bonferroni split; the check's p-value is min_k max(p_t, p_sign)_k / w_k;
+  weighted Bonferroni split; the check's p-value is min_k max(p_t, p_sign)_k / w_k. Look k is
+  round k's: the pairs among seeds below n_k, so a missing pair (a trial that crashed or timed
+  out) leaves each look at its round and share rather than pulling a later round's seed in;
 - unplanned looks (`looks: unplanned`, seeds added by hand): the anytime t-mixture confidence
   sequence (Lai, 1976; Wang & Ramdas, 2023) and the sign e-process must both reach 1/alpha;
 - directional (`better` / `worse`): the p-values of the suite's directional checks are
@@ -61,6 +63,7 @@ from harness.stats.sequential import (
     detectable_effect,
     half_width_factor,
     look_sizes,
+    rounds_begun,
 )
 
 Stopped = Literal["decided", "futile", "max"]
@@ -104,6 +107,21 @@ class CheckInput:
     diffs: np.ndarray
     margin: float | None = None
     cpu_s: float = 0.0
+    seeds: np.ndarray | None = None
+    """The seed of each pair (its place in the schedule); None: 0, 1, ... (no pair missing)."""
+    ran: int = 0
+    """Seeds 0 .. ran - 1 have a stored trial of both methods, finished or not (crashed, timed
+    out): the rounds run, whatever pairs they left (at least up to the last pair)."""
+
+    @property
+    def seed_index(self) -> np.ndarray:
+        return np.arange(self.diffs.size) if self.seeds is None else np.asarray(self.seeds)
+
+    @property
+    def extent(self) -> int:
+        """The seeds run: `ran`, and at least every seed up to the last pair's."""
+        last = int(self.seed_index.max()) + 1 if self.diffs.size else 0
+        return max(self.ran, last)
 
 
 Outcome = Literal["positive", "negative", "inside", "outside"]
@@ -127,9 +145,14 @@ def decide(
     max_n: int,
     looks: LookPlan = "planned",
 ) -> list[CheckDecision]:
-    """The sequential verdicts of a suite's checks together (Holm over the directional ones)."""
-    observed = [Looks.of(c.diffs, initial, step) for c in checks]
-    rule = Rule(looks, spending_weights(look_sizes(max_n, initial, step), max_n, alpha), max_n)
+    """The sequential verdicts of a suite's checks together (Holm over the directional ones).
+    Each look is a planned round's: over the pairs among its seeds, with its alpha share."""
+    observed = [
+        Looks.of(c.diffs, rounds_begun(c.extent, initial, step, max_n), c.seed_index)
+        for c in checks
+    ]
+    plan = look_sizes(max_n, initial, step)
+    rule = Rule(looks, spending_weights(plan, max_n, alpha), max_n, tuple(plan))
     directional = [i for i, c in enumerate(checks) if c.kind == "directional"]
     raw = [rule.p(observed[i]) for i in directional]
     adjusted = dict(zip(directional, map(float, holm(raw)), strict=True)) if raw else {}
@@ -149,11 +172,13 @@ class Rule:
     looks: LookPlan
     weights: np.ndarray
     max_n: int
+    plan: tuple[int, ...]
+    """The planned rounds n_k, one a weight."""
 
-    def shares(self, count: int) -> np.ndarray:
-        """The alpha shares of the first `count` looks (0 past the planned ones)."""
-        padded = np.concatenate([self.weights, np.zeros(max(0, count - self.weights.size))])
-        return padded[:count]
+    def shares(self, looks: Looks) -> np.ndarray:
+        """The alpha share of each look: its planned round's (0 past the plan)."""
+        share = dict(zip(self.plan, self.weights, strict=True))
+        return np.array([share.get(n, 0.0) for n in looks.rounds], dtype=float)
 
     def per_look(self, looks: Looks) -> np.ndarray:
         """Planned looks: each look's p-value of 0 (t and sign must agree,
@@ -166,7 +191,7 @@ class Rule:
         if not looks.sizes:
             return 1.0
         if self.looks == "planned":
-            return float(planned_p(self.per_look(looks), self.shares(len(looks.sizes))))
+            return float(planned_p(self.per_look(looks), self.shares(looks)))
         wins, losses = looks.wins[-1], looks.losses[-1]
         if np.sign(looks.means[-1]) != np.sign(wins - losses):
             return 1.0
@@ -179,7 +204,7 @@ class Rule:
         unplanned, that of its running interval, which excludes 0."""
         if self.looks == "planned":
             with np.errstate(divide="ignore"):
-                ratios = self.per_look(looks) / self.shares(len(looks.sizes))
+                ratios = self.per_look(looks) / self.shares(looks)
             mean = looks.means[int(np.argmin(ratios))]
         else:
             mean = 1.0 if low > 0 else -1.0 if high < 0 else looks.means[-1]
@@ -191,7 +216,7 @@ class Rule:
         sizes = np.array(looks.sizes)
         if self.looks == "unplanned":
             return half_width_factor(sizes, level)
-        return t_half_factor(sizes, (2 if tie else 1) * level * self.shares(sizes.size))
+        return t_half_factor(sizes, (2 if tie else 1) * level * self.shares(looks))
 
     def final_factor(self, level: float, tie: bool) -> float:
         """The half-width factor at `max_n` (conditional power and detectable effects)."""
@@ -208,14 +233,15 @@ def _tie_outcome(
     the first look that decides."""
     margin = check.margin or 0.0
     factors = rule.factors(looks, alpha, tie=True)
-    shares = rule.shares(len(looks.sizes)) if rule.looks == "planned" else None
+    shares = rule.shares(looks) if rule.looks == "planned" else None
+    seeds = check.seed_index
     low, high = -np.inf, np.inf
     outcome: Outcome | None = None
     for k, n in enumerate(looks.sizes):
         sd = float(np.nan_to_num(looks.sds[k], nan=0.0))
         half = factors[k] * sd if np.isfinite(factors[k]) else np.inf
         low, high = max(low, looks.means[k] - half), min(high, looks.means[k] + half)
-        first = check.diffs[:n]
+        first = check.diffs[seeds < looks.rounds[k]]
         inside, outside = tie_look(
             n,
             (np.array((first < margin).sum()), np.array((first > -margin).sum())),
