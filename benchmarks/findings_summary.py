@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.claims.sequential import SequentialCheck, verdict_note
+from harness.claims.sequential import SequentialCheck, missing_pairs, verdict_note
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,6 +82,8 @@ def seeds_text(finding: dict[str, Any]) -> str:
             continue
         state = seq["stopped"] or "open (more seeds would be added)"
         looks = f"{seq['looks']} look{'s' if seq['looks'] != 1 else ''}"
+        missing = missing_pairs(SequentialCheck(**seq))
+        state += f" ({missing})" if missing else ""
         parts.append(f"{check['model']}: n = {seq['n']}, {looks}, {state}")
     return "; ".join(parts)
 

@@ -13,7 +13,13 @@ import pytest
 
 from benchmarks.sequential import family_size, findings_suites, null_row
 from harness.claims import findings
-from harness.claims.sequential import CheckInput, SequentialCheck, decide, verdict_note
+from harness.claims.sequential import (
+    CheckInput,
+    SequentialCheck,
+    decide,
+    describe,
+    verdict_note,
+)
 from harness.core import Direction, TrialOutcome
 from harness.ranking.suite import RankPlan, claim_findings
 from harness.records import PlannedTrial
@@ -196,6 +202,33 @@ def test_without_a_missing_pair_the_looks_are_the_pair_counts() -> None:
     assert plain == seeded
     assert Looks.of(diffs, rounds_begun(8, 3, 3, 12)).sizes == look_sizes(8, 3, 3) == [3, 6, 8]
     assert rounds_begun(2, 3, 3, 12) == [] and rounds_begun(14, 3, 3, 12) == [3, 6, 9, 12, 14]
+
+
+def test_a_check_whose_schedule_is_run_is_at_max_however_many_pairs_it_lacks() -> None:
+    """Seeds 0-8 of a max-9 schedule run, the method's seed 4 timed out: 8 pairs, at max (a
+    missing pair is infrastructure), saying so; no more seeds are asked for. With seed 8 not
+    yet run (or seed 4 not yet stored) the check is not at max."""
+    schedule = SeedSchedule(initial=3, max=9, step=3)
+    gains = [0.3, -0.2, 0.25, 0.1, 0.0, -0.3, 0.2, -0.1, 0.15]
+    outcomes = [outcome("base", s, 3.0) for s in range(9)]
+    outcomes += [outcome("new", s, 3.0 - gains[s]) for s in range(9) if s != 4]
+    outcomes.append(TrialOutcome("new", "m", "t", 4, "timeout", {}, key="new4"))
+    claim = Claim(method="new", than="base", direction="better", source="test")
+    (finding,) = findings(outcomes, [claim], baseline=None, metric="val_loss", schedule=schedule)
+    record = finding.checks[0].sequential
+    assert record is not None and finding.checks[0].verdict == "inconclusive"
+    assert (record.n, record.looks, record.stopped, record.missing) == (8, 3, "max", 1)
+    assert record.conditional_power == 0.0
+    assert describe(record) == "n = 8, 3 looks, at max (1 pair missing), 34 CPU-s"
+    assert verdict_note(record).startswith("at max (n = 8, 1 pair missing); the smallest")
+    plan = RankPlan("suite", [], None, RankSpec(), claims=(claim,), models=("m",))
+    assert look(plan, schedule, outcomes).wanted == {}
+    diffs = -np.array([g for s, g in enumerate(gains) if s != 4])
+    seeds = np.array([s for s in range(9) if s != 4])
+    (short,) = decide([CheckInput("directional", diffs[:-1], seeds=seeds[:-1])], 0.05, 3, 3, 9)
+    (gap,) = decide([CheckInput("directional", diffs, seeds=seeds, ran=4)], 0.05, 3, 3, 9)
+    assert short.record.stopped != "max" and gap.record.stopped != "max"
+    assert (short.record.missing, gap.record.missing) == (1, 1)
 
 
 def outcome(method: str, seed: int, loss: float, wall: float = 2.0) -> TrialOutcome:

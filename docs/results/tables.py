@@ -178,7 +178,7 @@ def findings_verdicts() -> str:
         lines.append(
             f"| {suite} | {finding['claim']} | {check['model']} | {check['n']} "
             f"| {check['signs'][0]}/{check['signs'][1]} | {shown} "
-            f"| {record.get('stopped') or 'open'} | {text} | {kept} |"
+            f"| {_state(record)} | {text} | {kept} |"
         )
         counts[_kind(finding, check, record)] += 1
         counts["exploratory"] += bool(finding.get("exploratory"))
@@ -186,6 +186,15 @@ def findings_verdicts() -> str:
     total = len(rows)
     listed = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()) if n)
     return "\n".join([*lines, "", f"{total} checks: {listed}"])
+
+
+def _state(record: dict[str, Any]) -> str:
+    """How a check's seeds stopped (decided, futile, max, open), with its missing pairs."""
+    from harness.claims.sequential import SequentialCheck, missing_pairs
+
+    state = record.get("stopped") or "open"
+    missing = missing_pairs(SequentialCheck(**record)) if record else ""
+    return f"{state} ({missing})" if missing else state
 
 
 def _raw_p(finding: dict[str, Any], check: dict[str, Any]) -> float | None:

@@ -96,6 +96,9 @@ class SequentialCheck:
     p_raw: float | None = None
     """The rule's p-value of 0 before Holm (directional checks): what a wider family, such as
     every claim of a findings page (`harness.claims.page`), adjusts."""
+    missing: int = 0
+    """Seeds run without a pair (a trial of either method crashed or timed out): infrastructure,
+    so a check whose schedule is run to `max` is at max however many pairs it lacks."""
 
 
 @dataclass(frozen=True)
@@ -109,9 +112,9 @@ class CheckInput:
     cpu_s: float = 0.0
     seeds: np.ndarray | None = None
     """The seed of each pair (its place in the schedule); None: 0, 1, ... (no pair missing)."""
-    ran: int = 0
+    ran: int | None = None
     """Seeds 0 .. ran - 1 have a stored trial of both methods, finished or not (crashed, timed
-    out): the rounds run, whatever pairs they left (at least up to the last pair)."""
+    out): the rounds run, whatever pairs they left; None: up to the last pair."""
 
     @property
     def seed_index(self) -> np.ndarray:
@@ -119,9 +122,19 @@ class CheckInput:
 
     @property
     def extent(self) -> int:
-        """The seeds run: `ran`, and at least every seed up to the last pair's."""
+        """The seeds the looks reach: `ran`, and at least every seed up to the last pair's."""
         last = int(self.seed_index.max()) + 1 if self.diffs.size else 0
-        return max(self.ran, last)
+        return max(self.ran or 0, last)
+
+    @property
+    def run(self) -> int:
+        """Seeds 0 .. run - 1 are run for both methods (`ran`, default `extent`)."""
+        return self.extent if self.ran is None else self.ran
+
+    @property
+    def missing(self) -> int:
+        """Seeds the looks reach that have no pair (a trial crashed or timed out)."""
+        return max(0, self.extent - self.diffs.size)
 
 
 Outcome = Literal["positive", "negative", "inside", "outside"]
@@ -286,7 +299,7 @@ def _decision(
         float(
             conditional_power(
                 check.kind,
-                looks.n,
+                check.run,
                 looks.means[-1],
                 looks.sds[-1],
                 rule.max_n,
@@ -301,7 +314,7 @@ def _decision(
     stopped: Stopped | None = None
     if decided is not None:
         stopped = "decided"
-    elif looks.n >= rule.max_n:
+    elif check.run >= rule.max_n:  # the last planned round is run, whatever pairs it left
         stopped = "max"
     elif power is not None and power < FUTILITY and len(looks.sizes) >= FUTILITY_FROM_LOOK:
         stopped = "futile"
@@ -319,6 +332,7 @@ def _decision(
         rule.looks,
         check.kind,
         p_raw,
+        check.missing,
     )
     return CheckDecision(decided, record)
 
@@ -329,7 +343,7 @@ def _finite(x: float) -> float | None:
 
 def describe(record: SequentialCheck) -> str:
     """How a check's seeds ended, for tables and the Findings page: "n = 6, 2 looks, futile,
-    120 CPU-s"."""
+    120 CPU-s", "n = 8, 3 looks, at max (1 pair missing), 240 CPU-s"."""
     looks = f"{record.looks} look{'s' if record.looks != 1 else ''}"
     state = {
         "decided": "decided",
@@ -337,19 +351,27 @@ def describe(record: SequentialCheck) -> str:
         "futile": "futile",
         None: "open (more seeds would be added)",
     }[record.stopped]
-    return f"n = {record.n}, {looks}, {state}, {record.cpu_s:.0f} CPU-s"
+    missing = f" ({missing_pairs(record)})" if record.missing else ""
+    return f"n = {record.n}, {looks}, {state}{missing}, {record.cpu_s:.0f} CPU-s"
+
+
+def missing_pairs(record: SequentialCheck) -> str:
+    """ "2 pairs missing" (trials crashed or timed out), empty without."""
+    if not record.missing:
+        return ""
+    return f"{record.missing} pair{'s' if record.missing != 1 else ''} missing"
 
 
 def verdict_note(record: SequentialCheck | None) -> str:
     """What an inconclusive verdict adds under sequential seeds: "futile at n = 6; the smallest
     effect max seeds could detect: 0.031", or "at max (n = 6); ..." where the seeds ran out
-    (empty while seeds would still be added)."""
+    ("at max (n = 8, 1 pair missing)" where trials crashed or timed out; empty while seeds
+    would still be added)."""
     if record is None or record.stopped not in ("futile", "max"):
         return ""
     shown = "unknown" if record.detectable is None else f"{record.detectable:.3g}"
-    state = (
-        f"futile at n = {record.n}" if record.stopped == "futile" else f"at max (n = {record.n})"
-    )
+    counted = ", ".join(filter(None, [f"n = {record.n}", missing_pairs(record)]))
+    state = f"futile at {counted}" if record.stopped == "futile" else f"at max ({counted})"
     what = (
         "the narrowest margin max seeds could confirm"
         if record.kind == "tie"
