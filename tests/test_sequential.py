@@ -44,6 +44,7 @@ from harness.stats.sequential import (
     log_mixture,
     look_sizes,
     rounds_begun,
+    running_bounds,
 )
 from harness.store.db import open_database
 from harness.store.queries import stored_outcomes
@@ -229,6 +230,33 @@ def test_a_check_whose_schedule_is_run_is_at_max_however_many_pairs_it_lacks() -
     (gap,) = decide([CheckInput("directional", diffs, seeds=seeds, ran=4)], 0.05, 3, 3, 9)
     assert short.record.stopped != "max" and gap.record.stopped != "max"
     assert (short.record.missing, gap.record.missing) == (1, 1)
+
+
+def test_one_exact_sign_test_serves_the_tables_and_the_rule() -> None:
+    """`sign_test` (the tables' secondary statistic) and the robust rule's per-look sign test
+    are one function, the exact two-sided binomial test: scipy's binomtest to the last bit."""
+    from scipy import stats
+
+    from harness.stats import planned
+    from harness.stats.paired import sign_p, sign_test
+
+    assert planned.sign_p is sign_p
+    for n in range(1, 40):
+        wins = np.arange(n + 1)
+        expected = [stats.binomtest(int(k), n, 0.5).pvalue for k in wins]
+        assert sign_p(wins, n - wins).tolist() == expected
+    assert sign_test(np.array([0.1, 0.2, -0.3, 0.0, 0.4])) == (0.625, (3, 1))
+    assert sign_test(np.zeros(3)) == (None, (0, 0))
+
+
+def test_the_running_interval_is_one_intersection_for_the_rule_and_the_simulation() -> None:
+    low, high = running_bounds(
+        np.array([1.0, 2.0, 0.5]), np.array([np.nan, 1.0, 1.0]), np.array([np.inf, 1.0, 0.2])
+    )
+    assert low.tolist() == [-np.inf, 1.0, 1.0] and high.tolist() == [np.inf, 3.0, 0.7]
+    rows = running_bounds(np.array([[0.0, 1.0], [2.0, 0.0]]), np.ones((2, 2)), 0.5)
+    assert rows[0].tolist() == [[-0.5, 0.5], [1.5, 1.5]]
+    assert rows[1].tolist() == [[0.5, 0.5], [2.5, 0.5]]
 
 
 def outcome(method: str, seed: int, loss: float, wall: float = 2.0) -> TrialOutcome:

@@ -64,6 +64,7 @@ from harness.stats.sequential import (
     half_width_factor,
     look_sizes,
     rounds_begun,
+    running_bounds,
 )
 
 Stopped = Literal["decided", "futile", "max"]
@@ -248,17 +249,14 @@ def _tie_outcome(
     factors = rule.factors(looks, alpha, tie=True)
     shares = rule.shares(looks) if rule.looks == "planned" else None
     seeds = check.seed_index
-    low, high = -np.inf, np.inf
+    lows, highs = running_bounds(looks.means, looks.sds, factors)
     outcome: Outcome | None = None
     for k, n in enumerate(looks.sizes):
-        sd = float(np.nan_to_num(looks.sds[k], nan=0.0))
-        half = factors[k] * sd if np.isfinite(factors[k]) else np.inf
-        low, high = max(low, looks.means[k] - half), min(high, looks.means[k] + half)
         first = check.diffs[seeds < looks.rounds[k]]
         inside, outside = tie_look(
             n,
             (np.array((first < margin).sum()), np.array((first > -margin).sum())),
-            (np.array(low), np.array(high)),
+            (lows[k], highs[k]),
             margin,
             sign_majority(alpha * float(shares[k]))
             if shares is not None
@@ -268,7 +266,7 @@ def _tie_outcome(
             outcome = "inside"
         elif outcome is None and bool(outside):
             outcome = "outside"
-    return outcome, (low, high)
+    return outcome, (float(lows[-1]), float(highs[-1]))
 
 
 def _decision(

@@ -174,10 +174,24 @@ class Looks:
 
     def intersection(self, factors: np.ndarray) -> tuple[float, float]:
         """The running intersection of x̄ ± s h over the looks, h = `factors` (one a look)."""
-        sds = np.nan_to_num(self.sds, nan=0.0)
-        finite = np.isfinite(factors)
-        half = np.where(finite, np.where(finite, factors, 0.0) * sds, np.inf)
-        return float(np.max(self.means - half)), float(np.min(self.means + half))
+        low, high = running_bounds(self.means, self.sds, factors)
+        return float(low[-1]), float(high[-1])
+
+
+def running_bounds(
+    means: np.ndarray, sds: np.ndarray, factors: np.ndarray | float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The running intersection of the intervals x̄ ± s h over the looks (last axis): at each
+    look the largest lower and the smallest upper bound so far. h = `factors` (inf: no bound);
+    an sd of NaN (below 2 pairs) counts as 0."""
+    sds = np.nan_to_num(np.asarray(sds, dtype=float), nan=0.0)
+    factors = np.broadcast_to(np.asarray(factors, dtype=float), sds.shape)
+    finite = np.isfinite(factors)
+    half = np.where(finite, np.where(finite, factors, 0.0) * sds, np.inf)
+    return (
+        np.maximum.accumulate(means - half, axis=-1),
+        np.minimum.accumulate(means + half, axis=-1),
+    )
 
 
 def conditional_power(
