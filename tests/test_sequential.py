@@ -286,7 +286,9 @@ def test_findings_under_a_schedule_record_n_looks_stopping_and_cpu_seconds() -> 
     assert (record.n, record.looks, record.stopped, record.cpu_s) == (10, 1, "decided", 40.0)
     assert check.ci_level == pytest.approx(1 - record.level)  # the interval's own level
     assert check.p_value is not None and check.p_value < 0.05
-    assert finding.to_dict()["checks"][0]["sequential"]["stopped"] == "decided"
+    recorded = finding.to_dict()["checks"][0]["sequential"]
+    assert recorded["stopped"] == "decided" and "p_anytime" not in recorded
+    assert recorded["p_adjusted"] == record.p_adjusted == check.p_value  # Holm over a family of 1
 
 
 def test_only_the_two_methods_of_an_open_claim_get_more_seeds() -> None:

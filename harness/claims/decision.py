@@ -107,7 +107,7 @@ def decide_check(
     elif sequential is not None:
         decided_by = "sequential"
         low, high = sequential.record.interval
-        p = sequential.record.p_anytime
+        p = sequential.record.p_adjusted
         verdict = _sequential_verdict(claim, sequential, check.favours)
     elif claim.direction == "tie" and low is not None and high is not None:
         margin = claim.margin or 0.0

@@ -80,8 +80,10 @@ class SequentialCheck:
     level: float
     """The level of `interval` (alpha / m for a directional check, alpha for a tie)."""
     interval: tuple[float | None, float | None]
-    p_anytime: float | None
-    """Holm-adjusted p-value of 0 (directional checks; planned or anytime-valid, module doc)."""
+    p_adjusted: float | None
+    """The rule's p-value of 0, Holm-adjusted over the suite's directional checks (None for a
+    tie): under planned looks min_k p_k / w_k, valid for the schedule's looks only, not an
+    anytime p-value; under unplanned looks the anytime-valid one (module doc)."""
     stopped: Stopped | None
     """decided, futile, max, or None while seeds may still be added."""
     conditional_power: float | None
