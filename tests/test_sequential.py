@@ -259,6 +259,48 @@ def test_the_running_interval_is_one_intersection_for_the_rule_and_the_simulatio
     assert rows[1].tolist() == [[0.5, 0.5], [2.5, 0.5]]
 
 
+def test_the_tie_checks_of_one_claim_over_its_recipes_are_one_family() -> None:
+    """A tie claim checked in 2 recipes tests each at alpha / 2, its intervals and its sign
+    tests (the simulator at alpha / 2 decides rep by rep as the pair does) and its detectable
+    margin; ties of two claims, and the directional checks beside them, keep their levels."""
+    rng = np.random.default_rng(3)
+    d = 0.6 * rng.standard_normal(12)
+    (alone,) = decide([CheckInput("tie", d, 1.0, claim=0)], 0.05, 3, 3, 12)
+    pair = decide([CheckInput("tie", d, 1.0, claim=0)] * 2, 0.05, 3, 3, 12)
+    apart = decide(
+        [CheckInput("tie", d, 1.0, claim=0), CheckInput("tie", d, 1.0, claim=1)], 0.05, 3, 3, 12
+    )
+    assert alone.outcome == "inside" and alone.record.level == 0.05
+    assert [c.outcome for c in pair] == [None, None] and pair[0].record.level == 0.025
+    assert apart[0] == apart[1] == alone
+    (low, high), (low_2, high_2) = alone.record.interval, pair[0].record.interval
+    assert low_2 is not None and high_2 is not None and low is not None and high is not None
+    assert low_2 < low and high < high_2
+    assert (pair[0].record.detectable or 0) > (alone.record.detectable or 0) > 0
+    mixed = decide(
+        [*[CheckInput("tie", d, 1.0, claim=0)] * 2, CheckInput("directional", d)], 0.05, 3, 3, 12
+    )
+    assert [c.record.level for c in mixed] == [0.025, 0.025, 0.05]
+    ties = 0.6 * rng.standard_normal((80, 12))
+    found = simulate_tie(ties, 1.0, Schedule(3, 12, 3, alpha=0.025), "planned")
+    at_alpha = simulate_tie(ties, 1.0, Schedule(3, 12, 3), "planned")
+    assert (found != at_alpha).any()
+    for rep in range(80):
+        first, _ = decide([CheckInput("tie", ties[rep], 1.0, claim=7)] * 2, 0.05, 3, 3, 12)
+        assert first.outcome == {1: "inside", -1: "outside", 0: None}[int(found[rep])]
+    outcomes = [
+        TrialOutcome(m, model, "t", s, "done", {"val_loss": 3.0 + gap}, key=f"{m}{model}{s}")
+        for model in ("m1", "m2")
+        for s, diff in enumerate(d)
+        for m, gap in (("a", diff), ("b", 0.0))
+    ]
+    claim = Claim(method="a", than="b", direction="tie", margin=1.0, source="test")
+    (finding,) = findings(outcomes, [claim], baseline=None, metric="val_loss", schedule=SCHEDULE)
+    assert [c.sequential.level for c in finding.checks if c.sequential] == [0.025, 0.025]
+    # each side at alpha / 2 spent over the looks: a 1 - 2 (alpha / 2) interval
+    assert [c.ci_level for c in finding.checks] == pytest.approx([0.95, 0.95])
+
+
 def outcome(method: str, seed: int, loss: float, wall: float = 2.0) -> TrialOutcome:
     return TrialOutcome(
         method, "m", "t", seed, "done", {"val_loss": loss}, key=f"{method}{seed}", wall_time_s=wall

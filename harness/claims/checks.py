@@ -162,6 +162,7 @@ def _sequential_findings(
             claims[pending[i].claim].margin,
             pending[i].cpu_s,
             pending[i].seeds,
+            pending[i].claim,
             pending[i].ran,
         )
         for i in tested

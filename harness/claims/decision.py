@@ -161,9 +161,13 @@ def decide_check(
 
 def _ci_level(claim: Claim, alpha: float, sequential: CheckDecision | None) -> float:
     """The interval's level: a tie's 1 - 2 alpha (Schuirmann), else 1 - alpha; under sequential
-    seeds the confidence sequence's own (1 - alpha / m directional, 1 - alpha for a tie)."""
+    seeds the rule's own: 1 - alpha / m directional; a tie's 1 - 2 alpha' under planned looks
+    (each side at alpha' w_k) and 1 - alpha' under unplanned ones (the confidence sequence at
+    alpha'), alpha' = alpha / the claim's recipes."""
     if sequential is not None:
-        return 1 - sequential.record.level
+        record = sequential.record
+        sides = 2 if record.kind == "tie" and record.looks_plan == "planned" else 1
+        return 1 - sides * record.level
     return 1 - 2 * alpha if claim.direction == "tie" else 1 - alpha
 
 

@@ -20,10 +20,12 @@ normality, keeps a decision from resting on signs alone). Per (claim, recipe):
   **contradicted**. The interval shown is the mean difference's at alpha / m (m = directional
   checks; the running intersection of the looks' t intervals at alpha w_k / m, or the
   confidence sequence at alpha / m for unplanned looks);
-- `tie` (two one-sided tests): the interval at each look (each side at alpha w_k, or the
-  confidence sequence at alpha) inside (-margin, margin) and, for planned looks, both one-sided
-  sign tests (d < margin and d > -margin on most seeds) at alpha w_k: **reproduced**; wholly
-  beyond a margin with its sign test: **contradicted**;
+- `tie` (two one-sided tests): the interval at each look (each side at alpha' w_k, or the
+  confidence sequence at alpha') inside (-margin, margin) and, for planned looks, both one-sided
+  sign tests (d < margin and d > -margin on most seeds) at alpha' w_k: **reproduced**; wholly
+  beyond a margin with its sign test: **contradicted**. A tie claim checked in r recipes is one
+  family: alpha' = alpha / r (Bonferroni: the claim "ties in every recipe" needs each), in its
+  intervals, sign tests and the narrowest margin `max` seeds could confirm (`detectable`);
 - futility: a check not yet decided stops when its conditional power is below `FUTILITY`: the
   probability, under the current mean and sd as the truth, that the interval at `max` seeds
   decides (normal approximation of the remaining seeds' mean), from its second look on.
@@ -37,6 +39,7 @@ Error rates and power at every findings suite's schedule: `benchmarks/sequential
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -78,7 +81,8 @@ class SequentialCheck:
     n: int
     looks: int
     level: float
-    """The level of `interval` (alpha / m for a directional check, alpha for a tie)."""
+    """The level of `interval` (`check_levels`: alpha / m for a directional check, alpha / r
+    for a tie of a claim checked in r recipes)."""
     interval: tuple[float | None, float | None]
     p_adjusted: float | None
     """The rule's p-value of 0, Holm-adjusted over the suite's directional checks (None for a
@@ -115,6 +119,9 @@ class CheckInput:
     cpu_s: float = 0.0
     seeds: np.ndarray | None = None
     """The seed of each pair (its place in the schedule); None: 0, 1, ... (no pair missing)."""
+    claim: int | None = None
+    """The claim the check belongs to: the tie checks of one claim over its recipes form one
+    family (None: a family of its own)."""
     ran: int | None = None
     """Seeds 0 .. ran - 1 have a stored trial of both methods, finished or not (crashed, timed
     out): the rounds run, whatever pairs they left; None: up to the last pair."""
@@ -173,10 +180,24 @@ def decide(
     raw = [rule.p(observed[i]) for i in directional]
     adjusted = dict(zip(directional, map(float, holm(raw)), strict=True)) if raw else {}
     unadjusted = dict(zip(directional, raw, strict=True))
-    m = max(1, len(directional))
+    levels = check_levels(checks, alpha)
     return [
-        _decision(check, look, (adjusted.get(i), unadjusted.get(i)), alpha, alpha / m, rule)
-        for i, (check, look) in enumerate(zip(checks, observed, strict=True))
+        _decision(check, look, (adjusted.get(i), unadjusted.get(i)), alpha, level, rule)
+        for i, (check, look, level) in enumerate(zip(checks, observed, levels, strict=True))
+    ]
+
+
+def check_levels(checks: Sequence[CheckInput], alpha: float) -> list[float]:
+    """The level of each check's interval (module doc): alpha / m for a directional check (m
+    directional checks: Holm's strictest), alpha / r for a tie of a claim checked in r recipes
+    (Bonferroni: "ties in every recipe" needs each)."""
+    m = max(1, sum(c.kind == "directional" for c in checks))
+    recipes = Counter(c.claim for c in checks if c.kind == "tie")
+    return [
+        alpha / m
+        if c.kind == "directional"
+        else alpha / (recipes[c.claim] if c.claim is not None else 1)
+        for c in checks
     ]
 
 
@@ -245,8 +266,8 @@ class Rule:
 def _tie_outcome(
     check: CheckInput, looks: Looks, rule: Rule, alpha: float
 ) -> tuple[Outcome | None, tuple[float, float]]:
-    """A tie's outcome and its running interval: per look (`harness.stats.planned.tie_look`),
-    the first look that decides."""
+    """A tie's outcome and its running interval at `alpha` (the claim's alpha / recipes): per
+    look (`harness.stats.planned.tie_look`), the first look that decides."""
     margin = check.margin or 0.0
     factors = rule.factors(looks, alpha, tie=True)
     shares = rule.shares(looks) if rule.looks == "planned" else None
@@ -276,16 +297,16 @@ def _decision(
     looks: Looks,
     ps: tuple[float | None, float | None],
     alpha: float,
-    each: float,
+    level: float,
     rule: Rule,
 ) -> CheckDecision:
-    """One check's outcome and record; `ps`: its Holm-adjusted and raw p (directional)."""
+    """One check's outcome and record; `ps`: its Holm-adjusted and raw p (directional);
+    `level`: its interval's (`check_levels`)."""
     p, p_raw = ps
     tie = check.kind == "tie"
-    level = alpha if tie else each
     decided: Outcome | None = None
     if tie and looks.sizes:
-        decided, (low, high) = _tie_outcome(check, looks, rule, alpha)
+        decided, (low, high) = _tie_outcome(check, looks, rule, level)
     else:
         low, high = (
             looks.intersection(rule.factors(looks, level, tie=False))
@@ -397,6 +418,6 @@ def summary(records: Sequence[SequentialCheck]) -> dict[str, object] | None:
 SEQUENTIAL_HEADER = (
     "sequential seeds: t-test and exact sign test must agree, alpha spent over the planned "
     "looks (O'Brien-Fleming shares; anytime-valid t and sign e-processes for unplanned looks), "
-    "Holm over the directional claims, intervals at alpha / (directional checks), ties at "
-    "alpha; docs/sequential.md"
+    "Holm over the directional claims, intervals at alpha / (directional checks), a tie "
+    "claim's recipes one Bonferroni family (each at alpha / recipes); docs/sequential.md"
 )
