@@ -5,6 +5,7 @@ the methods that get more seeds."""
 from __future__ import annotations
 
 import math
+import runpy
 from dataclasses import replace
 from pathlib import Path
 
@@ -511,6 +512,75 @@ def test_a_paper_effect_outside_the_interval_reads_not_reproduced_at_this_scale(
         check, verdict="reproduced", names=("a", "b"), at_trivial=(0, 5), finished=(6, 6)
     )
     assert stuck.verdict_text == "reproduced (an arm does not train)"
+
+
+def test_a_stopped_undecided_check_says_why_its_seeds_could_not_decide() -> None:
+    """Futile or at max, an undecided check is untestable at this scale with the reason (what
+    max seeds detect at its paired sd, against the paper's effect or none), or keeps the
+    interval's words where the paper's effect is detectable and still inside; open checks keep
+    theirs; a tie compares the narrowest margin max seeds confirm with its own."""
+    from harness.claims.verdicts import Finding, RecipeCheck
+
+    record = SequentialCheck(6, 2, 0.025, (-0.1, 0.06), 0.4, "futile", 0.05, 0.08, max_n=9, sd=0.05)
+    check = RecipeCheck(
+        "m", "t", 6, -0.02, -0.1, 0.06, 0.4, None, "inconclusive", sequential=record
+    )
+    assert check.verdict_text == (
+        "untestable at this scale: max 9 seeds detect effects of 0.08 or more (paired sd 0.05) "
+        "and the paper states no effect size; the interval rules out differences outside "
+        "[-0.1, +0.06]"
+    )
+    small = replace(check, paper_effect=-0.03)
+    assert small.verdict_text == (
+        "untestable at this scale: max 9 seeds detect effects of 0.08 or more (paired sd 0.05), "
+        "the paper's effect is -0.03"
+    )
+    large = replace(check, paper_effect=-0.09, sequential=replace(record, stopped="max"))
+    assert large.verdict_text == (
+        "undecided (at max): the interval [-0.1, +0.06] contains the paper's effect -0.09"
+    )
+    far = replace(check, paper_effect=-0.3)
+    assert far.verdict_text.startswith("not reproduced at this scale: the interval")
+    signs = replace(check, ci_low=-0.1, ci_high=-0.01, signs=(1, 5), paper_effect=-0.03)
+    assert signs.verdict_text == (
+        "undecided (futile): the mean's interval [-0.1, -0.01] excludes 0, the sign test (1/5) "
+        "does not decide"
+    )
+    open_ = replace(small, sequential=replace(record, stopped=None))
+    assert open_.verdict_text == (
+        "inconclusive: rules out differences outside [-0.1, +0.06] (it contains 0 and the "
+        "paper's effect, -0.03)"
+    )
+    tie = replace(record, kind="tie", margin=0.03, detectable=0.065, max_n=16)
+    wide = replace(check, sequential=tie, ci_low=-0.125, ci_high=0.041)
+    assert wide.verdict_text == (
+        "untestable at this scale: max 16 seeds confirm margins of 0.065 or wider, the claim's "
+        "margin is 0.03"
+    )
+    narrow = replace(wide, sequential=replace(tie, detectable=0.02))
+    assert narrow.verdict_text == (
+        "undecided (futile): the interval [-0.125, +0.041] crosses the margin +-0.03"
+    )
+    assert check.sequential_note == "futile at n = 6"  # the verdict says what max detects
+    assert (
+        large.sequential_note == "at max (n = 6); the smallest effect max seeds could detect: 0.08"
+    )
+    decided = replace(check, model="m1", verdict="reproduced", ci_high=-0.01)
+    kinds = [c.undecided_kind for c in (check, far, large)]
+    assert kinds == ["untestable at this scale", "not reproduced at this scale", "undecided"]
+    finding = Finding(
+        0, "a", "b", "val_loss", "better", None, "x", "", [decided, check], "compatible"
+    )
+    assert finding.verdict_text == (
+        "reproduced in m1, untestable at this scale in m (compatible: the intervals overlap)"
+    )
+    tables = runpy.run_path(str(Path(__file__).parents[1] / "docs" / "results" / "tables.py"))
+    found = {"verdict_text": check.verdict_text, "verdict": "inconclusive"}
+    assert tables["_kind"]({}, found, {"stopped": "futile"}) == (
+        "untestable at this scale (max seeds could not decide it)"
+    )
+    found["verdict_text"] = large.verdict_text
+    assert tables["_kind"]({}, found, {"stopped": "max"}) == "undecided, at max"
 
 
 def test_a_claim_registered_after_trials_it_uses_is_exploratory_from_its_field_or_git(

@@ -106,6 +106,12 @@ class SequentialCheck:
     missing: int = 0
     """Seeds run without a pair (a trial of either method crashed or timed out): infrastructure,
     so a check whose schedule is run to `max` is at max however many pairs it lacks."""
+    max_n: int = 0
+    sd: float | None = None
+    """The schedule's max and the paired sd at the last look: what `detectable` is computed
+    from, the reason an undecided check that stopped is untestable at this scale."""
+    margin: float | None = None
+    """A tie's margin."""
 
 
 @dataclass(frozen=True)
@@ -354,6 +360,9 @@ def _decision(
         check.kind,
         p_raw,
         check.missing,
+        rule.max_n,
+        _finite(sd),
+        check.margin,
     )
     return CheckDecision(decided, record)
 
@@ -383,16 +392,18 @@ def missing_pairs(record: SequentialCheck) -> str:
     return f"{record.missing} pair{'s' if record.missing != 1 else ''} missing"
 
 
-def verdict_note(record: SequentialCheck | None) -> str:
+def verdict_note(record: SequentialCheck | None, detectable: bool = True) -> str:
     """What an inconclusive verdict adds under sequential seeds: "futile at n = 6; the smallest
     effect max seeds could detect: 0.031", or "at max (n = 6); ..." where the seeds ran out
-    ("at max (n = 8, 1 pair missing)" where trials crashed or timed out; empty while seeds
-    would still be added)."""
+    ("at max (n = 8, 1 pair missing)" where trials crashed or timed out; without `detectable`,
+    the state alone: the verdict states it; empty while seeds would still be added)."""
     if record is None or record.stopped not in ("futile", "max"):
         return ""
     shown = "unknown" if record.detectable is None else f"{record.detectable:.3g}"
     counted = ", ".join(filter(None, [f"n = {record.n}", missing_pairs(record)]))
     state = f"futile at {counted}" if record.stopped == "futile" else f"at max ({counted})"
+    if not detectable:
+        return state
     what = (
         "the narrowest margin max seeds could confirm"
         if record.kind == "tie"
