@@ -21,7 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.claims.sequential import SequentialCheck, verdict_note
+from harness.claims.sequential import SequentialCheck, missing_pairs, verdict_note
+from harness.claims.verdicts import UNTESTABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +67,10 @@ def check_text(check: dict[str, Any]) -> str:
     interval = "" if low is None or high is None else f" [{low:+.3g}, {high:+.3g}]"
     delta = "" if check["delta"] is None else f" ({check['delta']:+.3g}{interval})"
     notes = [n for n in (check.get("annotation"), check.get("needed_note")) if n]
-    if (seq := check.get("sequential")) and (note := verdict_note(SequentialCheck(**seq))):
+    untestable = check["verdict_text"].startswith(UNTESTABLE)  # it states what max detects
+    if (seq := check.get("sequential")) and (
+        note := verdict_note(SequentialCheck(**seq), not untestable)
+    ):
         notes.append(note)
     tail = f"; {'; '.join(notes)}" if notes else ""
     return f"{check['model']}: {check['verdict_text']}{delta}{tail}"
@@ -82,6 +86,8 @@ def seeds_text(finding: dict[str, Any]) -> str:
             continue
         state = seq["stopped"] or "open (more seeds would be added)"
         looks = f"{seq['looks']} look{'s' if seq['looks'] != 1 else ''}"
+        missing = missing_pairs(SequentialCheck(**seq))
+        state += f" ({missing})" if missing else ""
         parts.append(f"{check['model']}: n = {seq['n']}, {looks}, {state}")
     return "; ".join(parts)
 

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 import pandas as pd
 
 from harness.claims import Finding, RecipeCheck
-from harness.claims.sequential import describe, verdict_note
+from harness.claims.sequential import describe
 from harness.ranking.table import EMPTY
 from harness.registry import METRICS
 
@@ -201,7 +201,7 @@ def details_frame(by_suite: Iterable[tuple[str, list[Finding]]]) -> pd.DataFrame
                         "seeds used (sequential)": describe(check.sequential)
                         if check.sequential is not None
                         else None,
-                        "note": verdict_note(check.sequential) or None,
+                        "note": check.sequential_note or None,
                         "verdict": check.verdict_text,
                         "claim verdict": finding.verdict_text,
                     }

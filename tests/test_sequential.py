@@ -5,6 +5,7 @@ the methods that get more seeds."""
 from __future__ import annotations
 
 import math
+import runpy
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +14,13 @@ import pytest
 
 from benchmarks.sequential import family_size, findings_suites, null_row
 from harness.claims import findings
-from harness.claims.sequential import CheckInput, SequentialCheck, decide, verdict_note
+from harness.claims.sequential import (
+    CheckInput,
+    SequentialCheck,
+    decide,
+    describe,
+    verdict_note,
+)
 from harness.core import Direction, TrialOutcome
 from harness.ranking.suite import RankPlan, claim_findings
 from harness.records import PlannedTrial
@@ -31,7 +38,15 @@ from harness.stats.design import Schedule
 from harness.stats.design import directional as simulate_directional
 from harness.stats.design import tie as simulate_tie
 from harness.stats.outcomes import select_tuned
-from harness.stats.sequential import Looks, half_width_factor, log_mixture, look_sizes
+from harness.stats.planned import robust_p, spending_weights
+from harness.stats.sequential import (
+    Looks,
+    half_width_factor,
+    log_mixture,
+    look_sizes,
+    rounds_begun,
+    running_bounds,
+)
 from harness.store.db import open_database
 from harness.store.queries import stored_outcomes
 from tests import factories
@@ -140,12 +155,151 @@ def test_an_undecided_check_says_what_its_seeds_could_detect_when_futile_or_at_m
 
 def test_running_interval_is_the_intersection_over_looks() -> None:
     diffs = np.array([1.0, 1.1, 0.9, 5.0, -3.0, 1.0])
-    looks = Looks.of(diffs, 3, 3)
+    looks = Looks.of(diffs, [3, 6])
     low, high = looks.interval(0.05)
     h = half_width_factor(np.array([3, 6]), 0.05)
     lows = looks.means - h * looks.sds
     highs = looks.means + h * looks.sds
     assert (low, high) == (pytest.approx(lows.max()), pytest.approx(highs.min()))
+
+
+def test_a_missing_pair_leaves_each_look_at_its_planned_round_and_share() -> None:
+    """Seeds 0-14 run (rounds n = 10, 15 of 10, 15, 20, 24); the method crashed on seed 3. The
+    first look is round 1's: its 9 pairs (seeds below 10), at round 1's share, where 9 seeds of
+    one sign do not decide (10 would: alpha w_1 = 0.0024, 2^-9 = 0.002); seed 10, of round 2,
+    does not count at round 1's share (by pair count it did, and decided)."""
+    schedule = SeedSchedule(initial=10, max=24, step=5)
+    rng = np.random.default_rng(9)
+    gains = {s: 1.0 + 0.01 * rng.standard_normal() for s in range(11)}
+    gains |= {s: -1.0 + 0.01 * rng.standard_normal() for s in range(11, 15)}
+    outcomes = [outcome("base", s, 3.0) for s in range(15)]
+    outcomes += [outcome("new", s, 3.0 - gains[s]) for s in range(15) if s != 3]
+    outcomes.append(TrialOutcome("new", "m", "t", 3, "failed", {}, key="new3"))
+    claim = Claim(method="new", than="base", direction="better", source="test")
+    (finding,) = findings(outcomes, [claim], baseline=None, metric="val_loss", schedule=schedule)
+    (check,) = finding.checks
+    record = check.sequential
+    assert record is not None and check.verdict == "inconclusive"
+    assert (record.n, record.looks) == (14, 2)
+    seeds = np.array([s for s in range(15) if s != 3])
+    diffs = np.array([-gains[s] for s in seeds])
+    looks = Looks.of(diffs, rounds_begun(15, 10, 5, 24), seeds)
+    assert (looks.sizes, looks.rounds) == ([9, 14], [10, 15])
+    weights = spending_weights([10, 15, 20, 24], 24, 0.05)[:2]
+    per_look = robust_p(np.array(looks.sizes), looks.means, looks.sds, looks.wins, looks.losses)
+    assert record.p_raw == pytest.approx(float(np.min(per_look / weights)))
+    by_pair_count = CheckInput("directional", diffs)  # the first 10 pairs at round 1's share
+    (shifted,) = decide([by_pair_count], 0.05, 10, 5, 24)
+    assert shifted.outcome == "negative" and shifted.record.looks == 2
+    complete = CheckInput("directional", diffs, seeds=seeds, ran=15)
+    (kept,) = decide([complete], 0.05, 10, 5, 24)
+    assert kept.outcome is None and kept.record.p_raw == record.p_raw
+
+
+def test_without_a_missing_pair_the_looks_are_the_pair_counts() -> None:
+    rng = np.random.default_rng(10)
+    diffs = 0.3 + rng.standard_normal(8)
+    plain = decide([CheckInput("directional", diffs)], 0.05, 3, 3, 12)
+    seeded = decide([CheckInput("directional", diffs, seeds=np.arange(8), ran=8)], 0.05, 3, 3, 12)
+    assert plain == seeded
+    assert Looks.of(diffs, rounds_begun(8, 3, 3, 12)).sizes == look_sizes(8, 3, 3) == [3, 6, 8]
+    assert rounds_begun(2, 3, 3, 12) == [] and rounds_begun(14, 3, 3, 12) == [3, 6, 9, 12, 14]
+
+
+def test_a_check_whose_schedule_is_run_is_at_max_however_many_pairs_it_lacks() -> None:
+    """Seeds 0-8 of a max-9 schedule run, the method's seed 4 timed out: 8 pairs, at max (a
+    missing pair is infrastructure), saying so; no more seeds are asked for. With seed 8 not
+    yet run (or seed 4 not yet stored) the check is not at max."""
+    schedule = SeedSchedule(initial=3, max=9, step=3)
+    gains = [0.3, -0.2, 0.25, 0.1, 0.0, -0.3, 0.2, -0.1, 0.15]
+    outcomes = [outcome("base", s, 3.0) for s in range(9)]
+    outcomes += [outcome("new", s, 3.0 - gains[s]) for s in range(9) if s != 4]
+    outcomes.append(TrialOutcome("new", "m", "t", 4, "timeout", {}, key="new4"))
+    claim = Claim(method="new", than="base", direction="better", source="test")
+    (finding,) = findings(outcomes, [claim], baseline=None, metric="val_loss", schedule=schedule)
+    record = finding.checks[0].sequential
+    assert record is not None and finding.checks[0].verdict == "inconclusive"
+    assert (record.n, record.looks, record.stopped, record.missing) == (8, 3, "max", 1)
+    assert record.conditional_power == 0.0
+    assert describe(record) == "n = 8, 3 looks, at max (1 pair missing), 34 CPU-s"
+    assert verdict_note(record).startswith("at max (n = 8, 1 pair missing); the smallest")
+    plan = RankPlan("suite", [], None, RankSpec(), claims=(claim,), models=("m",))
+    assert look(plan, schedule, outcomes).wanted == {}
+    diffs = -np.array([g for s, g in enumerate(gains) if s != 4])
+    seeds = np.array([s for s in range(9) if s != 4])
+    (short,) = decide([CheckInput("directional", diffs[:-1], seeds=seeds[:-1])], 0.05, 3, 3, 9)
+    (gap,) = decide([CheckInput("directional", diffs, seeds=seeds, ran=4)], 0.05, 3, 3, 9)
+    assert short.record.stopped != "max" and gap.record.stopped != "max"
+    assert (short.record.missing, gap.record.missing) == (1, 1)
+
+
+def test_one_exact_sign_test_serves_the_tables_and_the_rule() -> None:
+    """`sign_test` (the tables' secondary statistic) and the robust rule's per-look sign test
+    are one function, the exact two-sided binomial test: scipy's binomtest to the last bit."""
+    from scipy import stats
+
+    from harness.stats import planned
+    from harness.stats.paired import sign_p, sign_test
+
+    assert planned.sign_p is sign_p
+    for n in range(1, 40):
+        wins = np.arange(n + 1)
+        expected = [stats.binomtest(int(k), n, 0.5).pvalue for k in wins]
+        assert sign_p(wins, n - wins).tolist() == expected
+    assert sign_test(np.array([0.1, 0.2, -0.3, 0.0, 0.4])) == (0.625, (3, 1))
+    assert sign_test(np.zeros(3)) == (None, (0, 0))
+
+
+def test_the_running_interval_is_one_intersection_for_the_rule_and_the_simulation() -> None:
+    low, high = running_bounds(
+        np.array([1.0, 2.0, 0.5]), np.array([np.nan, 1.0, 1.0]), np.array([np.inf, 1.0, 0.2])
+    )
+    assert low.tolist() == [-np.inf, 1.0, 1.0] and high.tolist() == [np.inf, 3.0, 0.7]
+    rows = running_bounds(np.array([[0.0, 1.0], [2.0, 0.0]]), np.ones((2, 2)), 0.5)
+    assert rows[0].tolist() == [[-0.5, 0.5], [1.5, 1.5]]
+    assert rows[1].tolist() == [[0.5, 0.5], [2.5, 0.5]]
+
+
+def test_the_tie_checks_of_one_claim_over_its_recipes_are_one_family() -> None:
+    """A tie claim checked in 2 recipes tests each at alpha / 2, its intervals and its sign
+    tests (the simulator at alpha / 2 decides rep by rep as the pair does) and its detectable
+    margin; ties of two claims, and the directional checks beside them, keep their levels."""
+    rng = np.random.default_rng(3)
+    d = 0.6 * rng.standard_normal(12)
+    (alone,) = decide([CheckInput("tie", d, 1.0, claim=0)], 0.05, 3, 3, 12)
+    pair = decide([CheckInput("tie", d, 1.0, claim=0)] * 2, 0.05, 3, 3, 12)
+    apart = decide(
+        [CheckInput("tie", d, 1.0, claim=0), CheckInput("tie", d, 1.0, claim=1)], 0.05, 3, 3, 12
+    )
+    assert alone.outcome == "inside" and alone.record.level == 0.05
+    assert [c.outcome for c in pair] == [None, None] and pair[0].record.level == 0.025
+    assert apart[0] == apart[1] == alone
+    (low, high), (low_2, high_2) = alone.record.interval, pair[0].record.interval
+    assert low_2 is not None and high_2 is not None and low is not None and high is not None
+    assert low_2 < low and high < high_2
+    assert (pair[0].record.detectable or 0) > (alone.record.detectable or 0) > 0
+    mixed = decide(
+        [*[CheckInput("tie", d, 1.0, claim=0)] * 2, CheckInput("directional", d)], 0.05, 3, 3, 12
+    )
+    assert [c.record.level for c in mixed] == [0.025, 0.025, 0.05]
+    ties = 0.6 * rng.standard_normal((80, 12))
+    found = simulate_tie(ties, 1.0, Schedule(3, 12, 3, alpha=0.025), "planned")
+    at_alpha = simulate_tie(ties, 1.0, Schedule(3, 12, 3), "planned")
+    assert (found != at_alpha).any()
+    for rep in range(80):
+        first, _ = decide([CheckInput("tie", ties[rep], 1.0, claim=7)] * 2, 0.05, 3, 3, 12)
+        assert first.outcome == {1: "inside", -1: "outside", 0: None}[int(found[rep])]
+    outcomes = [
+        TrialOutcome(m, model, "t", s, "done", {"val_loss": 3.0 + gap}, key=f"{m}{model}{s}")
+        for model in ("m1", "m2")
+        for s, diff in enumerate(d)
+        for m, gap in (("a", diff), ("b", 0.0))
+    ]
+    claim = Claim(method="a", than="b", direction="tie", margin=1.0, source="test")
+    (finding,) = findings(outcomes, [claim], baseline=None, metric="val_loss", schedule=SCHEDULE)
+    assert [c.sequential.level for c in finding.checks if c.sequential] == [0.025, 0.025]
+    # each side at alpha / 2 spent over the looks: a 1 - 2 (alpha / 2) interval
+    assert [c.ci_level for c in finding.checks] == pytest.approx([0.95, 0.95])
 
 
 def outcome(method: str, seed: int, loss: float, wall: float = 2.0) -> TrialOutcome:
@@ -175,7 +329,9 @@ def test_findings_under_a_schedule_record_n_looks_stopping_and_cpu_seconds() -> 
     assert (record.n, record.looks, record.stopped, record.cpu_s) == (10, 1, "decided", 40.0)
     assert check.ci_level == pytest.approx(1 - record.level)  # the interval's own level
     assert check.p_value is not None and check.p_value < 0.05
-    assert finding.to_dict()["checks"][0]["sequential"]["stopped"] == "decided"
+    recorded = finding.to_dict()["checks"][0]["sequential"]
+    assert recorded["stopped"] == "decided" and "p_anytime" not in recorded
+    assert recorded["p_adjusted"] == record.p_adjusted == check.p_value  # Holm over a family of 1
 
 
 def test_only_the_two_methods_of_an_open_claim_get_more_seeds() -> None:
@@ -356,6 +512,75 @@ def test_a_paper_effect_outside_the_interval_reads_not_reproduced_at_this_scale(
         check, verdict="reproduced", names=("a", "b"), at_trivial=(0, 5), finished=(6, 6)
     )
     assert stuck.verdict_text == "reproduced (an arm does not train)"
+
+
+def test_a_stopped_undecided_check_says_why_its_seeds_could_not_decide() -> None:
+    """Futile or at max, an undecided check is untestable at this scale with the reason (what
+    max seeds detect at its paired sd, against the paper's effect or none), or keeps the
+    interval's words where the paper's effect is detectable and still inside; open checks keep
+    theirs; a tie compares the narrowest margin max seeds confirm with its own."""
+    from harness.claims.verdicts import Finding, RecipeCheck
+
+    record = SequentialCheck(6, 2, 0.025, (-0.1, 0.06), 0.4, "futile", 0.05, 0.08, max_n=9, sd=0.05)
+    check = RecipeCheck(
+        "m", "t", 6, -0.02, -0.1, 0.06, 0.4, None, "inconclusive", sequential=record
+    )
+    assert check.verdict_text == (
+        "untestable at this scale: max 9 seeds detect effects of 0.08 or more (paired sd 0.05) "
+        "and the paper states no effect size; the interval rules out differences outside "
+        "[-0.1, +0.06]"
+    )
+    small = replace(check, paper_effect=-0.03)
+    assert small.verdict_text == (
+        "untestable at this scale: max 9 seeds detect effects of 0.08 or more (paired sd 0.05), "
+        "the paper's effect is -0.03"
+    )
+    large = replace(check, paper_effect=-0.09, sequential=replace(record, stopped="max"))
+    assert large.verdict_text == (
+        "undecided (at max): the interval [-0.1, +0.06] contains the paper's effect -0.09"
+    )
+    far = replace(check, paper_effect=-0.3)
+    assert far.verdict_text.startswith("not reproduced at this scale: the interval")
+    signs = replace(check, ci_low=-0.1, ci_high=-0.01, signs=(1, 5), paper_effect=-0.03)
+    assert signs.verdict_text == (
+        "undecided (futile): the mean's interval [-0.1, -0.01] excludes 0, the sign test (1/5) "
+        "does not decide"
+    )
+    open_ = replace(small, sequential=replace(record, stopped=None))
+    assert open_.verdict_text == (
+        "inconclusive: rules out differences outside [-0.1, +0.06] (it contains 0 and the "
+        "paper's effect, -0.03)"
+    )
+    tie = replace(record, kind="tie", margin=0.03, detectable=0.065, max_n=16)
+    wide = replace(check, sequential=tie, ci_low=-0.125, ci_high=0.041)
+    assert wide.verdict_text == (
+        "untestable at this scale: max 16 seeds confirm margins of 0.065 or wider, the claim's "
+        "margin is 0.03"
+    )
+    narrow = replace(wide, sequential=replace(tie, detectable=0.02))
+    assert narrow.verdict_text == (
+        "undecided (futile): the interval [-0.125, +0.041] crosses the margin +-0.03"
+    )
+    assert check.sequential_note == "futile at n = 6"  # the verdict says what max detects
+    assert (
+        large.sequential_note == "at max (n = 6); the smallest effect max seeds could detect: 0.08"
+    )
+    decided = replace(check, model="m1", verdict="reproduced", ci_high=-0.01)
+    kinds = [c.undecided_kind for c in (check, far, large)]
+    assert kinds == ["untestable at this scale", "not reproduced at this scale", "undecided"]
+    finding = Finding(
+        0, "a", "b", "val_loss", "better", None, "x", "", [decided, check], "compatible"
+    )
+    assert finding.verdict_text == (
+        "reproduced in m1, untestable at this scale in m (compatible: the intervals overlap)"
+    )
+    tables = runpy.run_path(str(Path(__file__).parents[1] / "docs" / "results" / "tables.py"))
+    found = {"verdict_text": check.verdict_text, "verdict": "inconclusive"}
+    assert tables["_kind"]({}, found, {"stopped": "futile"}) == (
+        "untestable at this scale (max seeds could not decide it)"
+    )
+    found["verdict_text"] = large.verdict_text
+    assert tables["_kind"]({}, found, {"stopped": "max"}) == "undecided, at max"
 
 
 def test_a_claim_registered_after_trials_it_uses_is_exploratory_from_its_field_or_git(

@@ -178,7 +178,7 @@ def findings_verdicts() -> str:
         lines.append(
             f"| {suite} | {finding['claim']} | {check['model']} | {check['n']} "
             f"| {check['signs'][0]}/{check['signs'][1]} | {shown} "
-            f"| {record.get('stopped') or 'open'} | {text} | {kept} |"
+            f"| {_state(record)} | {text} | {kept} |"
         )
         counts[_kind(finding, check, record)] += 1
         counts["exploratory"] += bool(finding.get("exploratory"))
@@ -186,6 +186,15 @@ def findings_verdicts() -> str:
     total = len(rows)
     listed = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()) if n)
     return "\n".join([*lines, "", f"{total} checks: {listed}"])
+
+
+def _state(record: dict[str, Any]) -> str:
+    """How a check's seeds stopped (decided, futile, max, open), with its missing pairs."""
+    from harness.claims.sequential import SequentialCheck, missing_pairs
+
+    state = record.get("stopped") or "open"
+    missing = missing_pairs(SequentialCheck(**record)) if record else ""
+    return f"{state} ({missing})" if missing else state
 
 
 def _raw_p(finding: dict[str, Any], check: dict[str, Any]) -> float | None:
@@ -198,18 +207,23 @@ def _raw_p(finding: dict[str, Any], check: dict[str, Any]) -> float | None:
 
 def _kind(finding: dict[str, Any], check: dict[str, Any], record: dict[str, Any]) -> str:
     """What a check's verdict is, for the counts: decided (between trained models, or against
-    an arm that does not train), not reproduced at this scale, not tested, or undecided (open,
-    futile or at max; with the claim's scope note where it has one)."""
+    an arm that does not train), not reproduced at this scale, untestable at this scale (its
+    max seeds could not have decided it), not tested, or undecided (open, futile or at max;
+    with the claim's scope note where it has one)."""
+    from harness.claims.verdicts import NOT_AT_SCALE, STOPPED_WORDS, UNTESTABLE, UNTRAINED
+
     text = check["verdict_text"]
     if check["verdict"] in ("reproduced", "contradicted"):
-        untrained = "an arm does not train" in text
-        return "decided" + (" against an arm that does not train" if untrained else "")
+        return "decided" + (" against an arm that does not train" if UNTRAINED in text else "")
     if check["verdict"] == "not tested":
         return "not tested (degenerate)"
-    if text.startswith("not reproduced at this scale"):
-        return "not reproduced at this scale (the interval excludes the paper's effect)"
-    state = {"futile": "futile", "max": "at max"}.get(record.get("stopped") or "", "open")
-    return f"undecided, {state}" + (" (with a scope note)" if finding.get("scope") else "")
+    if text.startswith(NOT_AT_SCALE):
+        return f"{NOT_AT_SCALE} (the interval excludes the paper's effect)"
+    scope = " (with a scope note)" if finding.get("scope") else ""
+    if text.startswith(UNTESTABLE):
+        return f"{UNTESTABLE} (max seeds could not decide it){scope}"
+    state = STOPPED_WORDS.get(record.get("stopped") or "", "open")
+    return f"undecided, {state}{scope}"
 
 
 def main() -> None:

@@ -161,6 +161,9 @@ def _sequential_findings(
             pending[i].diffs,
             claims[pending[i].claim].margin,
             pending[i].cpu_s,
+            pending[i].seeds,
+            pending[i].claim,
+            pending[i].ran,
         )
         for i in tested
     ]
@@ -309,7 +312,20 @@ def _pending(
         finished=(int(finished[0].sum()), int(finished[1].sum())),
         names=(claim.method, than),
         paper_effect=_paper_difference(claim, direction, pair.values[j]),
+        seeds=np.asarray(pair.seeds)[both],
+        ran=_seeds_run(pair, (i, j)),
     )
+
+
+def _seeds_run(pair: SeedMatrix, rows: tuple[int, int]) -> int:
+    """How many seeds from 0 on have a stored trial of both methods (finished, diverged,
+    crashed or timed out): the rounds of the schedule run, whatever pairs they left."""
+    stored = (pair.present | pair.excluded)[list(rows)].all(axis=0)
+    run = {int(seed) for seed, ok in zip(pair.seeds, stored, strict=True) if ok}
+    count = 0
+    while count in run:
+        count += 1
+    return count
 
 
 def _paper_difference(claim: Claim, direction: Direction, than: np.ndarray) -> float | None:

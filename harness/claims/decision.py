@@ -45,6 +45,8 @@ class PairedCheck:
     names: tuple[str, str]
     cpu_s: float = 0.0  # wall seconds of both methods' trials of this recipe, every sweep point
     paper_effect: float | None = None  # the paper's effect as a difference (method - than)
+    seeds: np.ndarray | None = None  # the seed of each of `diffs` (None: 0, 1, ...)
+    ran: int = 0  # seeds 0 .. ran - 1 have a stored trial of both methods (finished or not)
 
     @property
     def degenerate(self) -> bool:
@@ -105,7 +107,7 @@ def decide_check(
     elif sequential is not None:
         decided_by = "sequential"
         low, high = sequential.record.interval
-        p = sequential.record.p_anytime
+        p = sequential.record.p_adjusted
         verdict = _sequential_verdict(claim, sequential, check.favours)
     elif claim.direction == "tie" and low is not None and high is not None:
         margin = claim.margin or 0.0
@@ -159,9 +161,13 @@ def decide_check(
 
 def _ci_level(claim: Claim, alpha: float, sequential: CheckDecision | None) -> float:
     """The interval's level: a tie's 1 - 2 alpha (Schuirmann), else 1 - alpha; under sequential
-    seeds the confidence sequence's own (1 - alpha / m directional, 1 - alpha for a tie)."""
+    seeds the rule's own: 1 - alpha / m directional; a tie's 1 - 2 alpha' under planned looks
+    (each side at alpha' w_k) and 1 - alpha' under unplanned ones (the confidence sequence at
+    alpha'), alpha' = alpha / the claim's recipes."""
     if sequential is not None:
-        return 1 - sequential.record.level
+        record = sequential.record
+        sides = 2 if record.kind == "tie" and record.looks_plan == "planned" else 1
+        return 1 - sides * record.level
     return 1 - 2 * alpha if claim.direction == "tie" else 1 - alpha
 
 

@@ -6,7 +6,7 @@ CPU-minutes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -96,9 +96,10 @@ def operating_characteristics(
         if claim.kind == "directional":
             false = {n: null_rate(reps, schedule, family, n, rule, rng)[0] for n in NULLS}
             shown = {e: power(reps, schedule, family, e, rule, rng) for e in effects}
-        else:
-            false = {n: tie_rate(reps, schedule, n, rule, rng) for n in NULLS}
-            shown = {e: tie_power(reps, schedule, e, rule, rng) for e in effects}
+        else:  # the claim's recipes are one Bonferroni family (`harness.claims.sequential`)
+            each = replace(schedule, alpha=schedule.alpha / claim.recipes)
+            false = {n: tie_rate(reps, each, n, rule, rng) for n in NULLS}
+            shown = {e: tie_power(reps, each, e, rule, rng) for e in effects}
         rows.append(DesignRow(claim, false, shown))
     return rows
 

@@ -2,7 +2,8 @@
 verdicts are Holm-adjusted over that suite's directional checks; a page that reports several
 suites together makes more comparisons, and a reader may ask which decisions survive Holm over
 all of them (`python docs/results/tables.py --findings-verdicts`, its "page Holm" column).
-Ties are not in the family (each tie decides at alpha on each side, as in its suite)."""
+Ties are not in the family (a tie claim's recipes are a Bonferroni family of their own, each at
+alpha / recipes on each side, as in its suite)."""
 
 from __future__ import annotations
 

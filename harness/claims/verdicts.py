@@ -6,6 +6,11 @@ reproduces it and another contradicts it (significant in opposite directions); *
 dependent** when it is decided in one recipe and inconclusive in another (`differs_on` names
 the recipes whose verdict differs from the first's, the paper's, listed first); **not tested**
 when every recipe is degenerate.
+
+An undecided check whose seeds stopped (futile or at max) says why: **untestable at this scale**
+where the suite's max seeds could not have decided it (the paper's effect, or with none declared
+any effect, below the smallest they detect; a tie's margin narrower than the narrowest they
+confirm), else "undecided (futile)" with what its interval shows (`RecipeCheck.excludes`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from harness.claims.sequential import SequentialCheck, summary
+from harness.claims.sequential import SequentialCheck, summary, verdict_note
 from harness.spec.rank import ClaimDirection
 
 CheckVerdict = Literal["reproduced", "contradicted", "inconclusive", "not tested"]
@@ -37,6 +42,13 @@ method against the baseline, decided either way, so its verdicts read better / w
 IMPLICIT_WORDS = {"reproduced": "better", "contradicted": "worse"}
 OUTSIDE_MARGIN = "the observed difference lies outside the margin"
 NOT_AT_SCALE = "not reproduced at this scale"
+UNTESTABLE = "untestable at this scale"
+"""An undecided check whose seeds stopped (futile or at max) where the suite's max seeds could
+not have decided the claim: the paper's effect (or, none declared, any effect) is below what
+max seeds detect, or a tie's margin below the narrowest they confirm."""
+UNDECIDED = "undecided"
+"""An undecided check whose seeds stopped with no such reason (`RecipeCheck.excludes`)."""
+STOPPED_WORDS = {"futile": "futile", "max": "at max"}
 UNTRAINED = "an arm does not train"
 """A decided check one of whose methods stays at the trivial predictor: counted apart from
 decisions between two trained models."""
@@ -97,33 +109,71 @@ class RecipeCheck:
         interval excludes the paper's effect (-0.05)" where it lies short of it, "the interval
         lies beyond the paper's effect" where every value in it is larger in the claimed
         direction, else the mean's interval against 0 or "rules out differences outside
-        [-0.01, +0.02]"; empty when decided or without an interval."""
+        [-0.01, +0.02]"; once its seeds stopped (futile or at max), why they could not decide
+        (`_stopped_text`, `tie_stopped_text`); empty when decided or without an interval."""
         low, high = self.ci_low, self.ci_high
         if self.verdict != "inconclusive" or low is None or high is None:
             return ""
-        shown = f"[{low:+.3g}, {high:+.3g}]"
+        shown, record = f"[{low:+.3g}, {high:+.3g}]", self.sequential
+        stopped = STOPPED_WORDS.get(str(record.stopped), "") if record else ""
+        if record is not None and stopped and record.kind == "tie":
+            return tie_stopped_text(record, stopped, (low, high))
+        signs = f"the sign test ({self.signs[0]}/{self.signs[1]}) does not decide"
+        signs += "" if stopped else " yet: more seeds of one sign"
         effect = self.paper_effect
         if effect is not None and not low <= effect <= high:
             paper = f"the paper's effect ({effect:+.3g})"
             if (low > effect) == (effect < 0):  # the interval is on 0's side of the effect
                 return f"{NOT_AT_SCALE}: the interval {shown} excludes {paper}"
-            return (
-                f"the interval {shown} lies beyond {paper}, the sign test "
-                f"({self.signs[0]}/{self.signs[1]}) does not decide yet: more seeds of one sign"
-            )
+            return _stopped(stopped, f"the interval {shown} lies beyond {paper}, {signs}")
         if low > 0 or high < 0:
-            return (
-                f"the mean's interval {shown} excludes 0, the sign test "
-                f"({self.signs[0]}/{self.signs[1]}) does not decide yet: more seeds of one sign"
-                + self._contains_effect("")
-            )
+            also = "" if stopped else self._contains_effect("")
+            return _stopped(stopped, f"the mean's interval {shown} excludes 0, {signs}{also}")
+        if record is not None and stopped:
+            return self._stopped_text(record, stopped, shown)
         return f"rules out differences outside {shown}" + self._contains_effect("0 and ")
+
+    def _stopped_text(self, record: SequentialCheck, stopped: str, shown: str) -> str:
+        """A directional check whose seeds stopped with an interval around 0: "untestable at
+        this scale: max 9 seeds detect effects of 0.08 or more (paired sd 0.05), the paper's
+        effect is -0.03" where the paper's effect (or, none declared, any) is below what max
+        seeds detect (`SequentialCheck.detectable`); else "undecided (futile): the interval
+        [-0.2, +0.1] contains the paper's effect -0.15"."""
+        effect, detectable, sd = self.paper_effect, record.detectable, record.sd
+        if detectable is None or sd is None:
+            return _stopped(stopped, f"rules out differences outside {shown}")
+        detects = (
+            f"{UNTESTABLE}: max {record.max_n} seeds detect effects of {detectable:.3g} or more "
+            f"(paired sd {sd:.3g})"
+        )
+        if effect is None:  # a comparison with the baseline has no paper
+            stated = "no claim states" if self.implicit else "the paper states no"
+            return (
+                f"{detects} and {stated} effect size; the interval rules out differences "
+                f"outside {shown}"
+            )
+        if abs(effect) < detectable:
+            return f"{detects}, the paper's effect is {effect:+.3g}"
+        return _stopped(stopped, f"the interval {shown} contains the paper's effect {effect:+.3g}")
 
     def _contains_effect(self, also: str) -> str:
         """ " (it contains 0 and the paper's effect, +0.03)" where the claim declares one."""
         if self.paper_effect is None:
             return ""
         return f" (it contains {also}the paper's effect, {self.paper_effect:+.3g})"
+
+    @property
+    def sequential_note(self) -> str:
+        """`verdict_note` of the check's sequential record (how its seeds stopped, what max
+        seeds detect), without what the verdict already states (untestable at this scale)."""
+        return verdict_note(self.sequential, not self.excludes.startswith(UNTESTABLE))
+
+    @property
+    def undecided_kind(self) -> str:
+        """An undecided check's kind, as its label says: not reproduced or untestable at this
+        scale, else undecided."""
+        text = self.excludes
+        return next((k for k in (NOT_AT_SCALE, UNTESTABLE) if text.startswith(k)), UNDECIDED)
 
     @property
     def degenerate(self) -> bool:
@@ -147,7 +197,7 @@ class RecipeCheck:
         if self.degenerate:
             return f"{NOT_TESTED} ({DEGENERATE})"
         word = IMPLICIT_WORDS.get(self.verdict, self.verdict) if self.implicit else self.verdict
-        if self.excludes.startswith(NOT_AT_SCALE):
+        if self.excludes.startswith((NOT_AT_SCALE, UNTESTABLE, UNDECIDED)):
             return self.excludes
         if self.excludes:
             return f"{word}: {self.excludes}"
@@ -240,13 +290,16 @@ class Finding:
         return text
 
     def _compatible_text(self) -> str:
-        """ "reproduced in A, undecided in B (compatible: the intervals overlap)"."""
+        """ "reproduced in A, untestable at this scale in B (compatible: the intervals
+        overlap)": each undecided recipe under its label's kind (`RecipeCheck.undecided_kind`)."""
         tested = [c for c in self.checks if not c.degenerate]
         decided = [c for c in tested if c.verdict in ("reproduced", "contradicted")]
         word = decided[0].verdict if decided else "decided"
-        where = ", ".join(recipe_label(c, self.checks) for c in decided)
-        open_ = ", ".join(recipe_label(c, self.checks) for c in tested if c not in decided)
-        return f"{word} in {where}, undecided in {open_} (compatible: the intervals overlap)"
+        kinds: dict[str, list[str]] = {word: [recipe_label(c, self.checks) for c in decided]}
+        for check in (c for c in tested if c not in decided):
+            kinds.setdefault(check.undecided_kind, []).append(recipe_label(check, self.checks))
+        listed = ", ".join(f"{kind} in {', '.join(where)}" for kind, where in kinds.items())
+        return f"{listed} (compatible: the intervals overlap)"
 
     def to_dict(self) -> dict[str, Any]:
         checks = [
@@ -265,6 +318,32 @@ class Finding:
             for check in checks:
                 del check["sequential"]
         return found
+
+
+def tie_stopped_text(record: SequentialCheck, stopped: str, bounds: tuple[float, float]) -> str:
+    """A tie whose seeds stopped undecided: "untestable at this scale: max 16 seeds confirm
+    margins of 0.065 or wider, the claim's margin is 0.03" where its margin is narrower than
+    `max` seeds could confirm (`SequentialCheck.detectable`); else "undecided (futile): the
+    interval [-0.02, +0.05] crosses the margin +-0.03" (or lies inside or beyond it, and its
+    sign tests do not decide)."""
+    margin, detectable, (low, high) = record.margin or 0.0, record.detectable, bounds
+    if detectable is not None and detectable > margin:
+        return (
+            f"{UNTESTABLE}: max {record.max_n} seeds confirm margins of {detectable:.3g} or "
+            f"wider, the claim's margin is {margin:g}"
+        )
+    if -margin < low and high < margin:
+        where = f"lies inside the margin +-{margin:g}, its sign tests do not decide"
+    elif low > margin or high < -margin:
+        where = f"lies beyond the margin +-{margin:g}, its sign test does not decide"
+    else:
+        where = f"crosses the margin +-{margin:g}"
+    return _stopped(stopped, f"the interval [{low:+.3g}, {high:+.3g}] {where}")
+
+
+def _stopped(stopped: str, text: str) -> str:
+    """ "undecided (futile): <text>" for a check whose seeds stopped; `text` while open."""
+    return f"{UNDECIDED} ({stopped}): {text}" if stopped else text
 
 
 def degenerate_pairs(found: Iterable[Finding]) -> set[tuple[str, str, str, str]]:

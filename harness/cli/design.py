@@ -44,8 +44,8 @@ def design_lines(
     lines = [
         f"design of {suite.suite}: looks at n = {schedule.sizes} (max {schedule.max}), "
         f"alpha {schedule.alpha}; {RULE_NAMES[rule_of(suite)]}",
-        f"Holm family: {family} directional check(s) (every claim x recipe); ties at alpha "
-        f"each; {reps} simulated families a row; trial time: {source}",
+        f"Holm family: {family} directional check(s) (every claim x recipe); a tie claim's "
+        f"recipes at alpha / recipes each; {reps} simulated families a row; trial time: {source}",
     ]
     if not rows:
         lines.append("no claims and no baseline: nothing is compared (initial seeds only)")

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.claims.sequential import SEQUENTIAL_HEADER, describe, verdict_note
+from harness.claims.sequential import SEQUENTIAL_HEADER, describe
 from harness.core import Direction, point_label
 from harness.ranking.aggregates import scores as aggregate_scores
 from harness.ranking.aggregates import standings
@@ -316,7 +316,7 @@ def _check_cells(check: RecipeCheck, recipe: str) -> list[Cell]:
     signs = f" ({check.signs[0]}/{check.signs[1]})"
     needed = EMPTY if check.seeds_needed is None else str(check.seeds_needed)
     verdict = check.verdict_text
-    if note := verdict_note(check.sequential):
+    if note := check.sequential_note:
         verdict += f" ({note})"
     verdict += f"; {check.annotation}" if check.annotation else ""
     return [

@@ -46,6 +46,7 @@ from harness.stats.sequential import (
     half_width_factor,
     log_mixture,
     look_sizes,
+    running_bounds,
 )
 
 Rule = Literal["planned", "anytime", "planned_t", "anytime_t"]
@@ -172,22 +173,24 @@ def tie(x: np.ndarray, margin: float, schedule: Schedule, rule: Rule) -> np.ndar
     weights = spending_weights(sizes, schedule.max, alpha)
     stats = running(x, sizes)
     outcome = np.zeros(x.shape[0], dtype=int)
-    low, high = np.full(x.shape[0], -np.inf), np.full(x.shape[0], np.inf)
     index = np.array(sizes) - 1
     below = np.cumsum(x < margin, axis=-1)[..., index]
     above = np.cumsum(x > -margin, axis=-1)[..., index]
+    factors = (
+        t_half_factor(np.array(sizes), 2 * alpha * weights)
+        if rule.startswith("planned")
+        else half_width_factor(np.array(sizes), alpha)
+    )
+    lows, highs = running_bounds(stats["mean"], stats["sd"], factors)
     for look, n in enumerate(sizes):
-        mean, sd = stats["mean"][:, look], stats["sd"][:, look]
         level = alpha * weights[look]
-        factor = (
-            t_half_factor(n, 2 * level)
-            if rule.startswith("planned")
-            else half_width_factor(n, alpha)
-        )
-        low, high = np.maximum(low, mean - factor * sd), np.minimum(high, mean + factor * sd)
         majority = {"planned": sign_majority(level), "anytime": anytime_majority(alpha)}
         inside, outside = tie_look(
-            n, (below[:, look], above[:, look]), (low, high), margin, majority.get(rule)
+            n,
+            (below[:, look], above[:, look]),
+            (lows[:, look], highs[:, look]),
+            margin,
+            majority.get(rule),
         )
         outcome = np.where(outcome == 0, np.where(inside, 1, np.where(outside, -1, 0)), outcome)
     return outcome

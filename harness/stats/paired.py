@@ -80,15 +80,25 @@ def _ttest_rel_pairs(a: np.ndarray, b: np.ndarray, paired: np.ndarray) -> np.nda
     return p
 
 
-def sign_test(diffs: np.ndarray) -> tuple[float | None, tuple[int, int]]:
-    """(exact two-sided sign-test p, (differences above 0, below 0)) of 1-d paired
-    differences; p is None when every difference is 0 or there are none."""
+def sign_p(wins: np.ndarray | int, losses: np.ndarray | int) -> np.ndarray:
+    """Exact two-sided sign-test p-values (binomial, p = 1/2) of `wins` positive among `wins`
+    + `losses` nonzero differences, vectorised: min(1, 2 P(Binomial <= min(wins, losses))), 1
+    when the counts differ by at most one or there are no signs."""
     from scipy import stats
 
+    wins, losses = np.asarray(wins), np.asarray(losses)
+    total = wins + losses
+    p = np.minimum(1.0, 2.0 * stats.binom.cdf(np.minimum(wins, losses), total, 0.5))
+    return np.asarray(np.where((total > 0) & (np.abs(wins - losses) > 1), p, 1.0), dtype=float)
+
+
+def sign_test(diffs: np.ndarray) -> tuple[float | None, tuple[int, int]]:
+    """(exact two-sided sign-test p, (differences above 0, below 0)) of 1-d paired
+    differences (`sign_p`); p is None when every difference is 0 or there are none."""
     above, below = int((diffs > 0).sum()), int((diffs < 0).sum())
     if above + below == 0:
         return None, (above, below)
-    return float(stats.binomtest(above, above + below, 0.5).pvalue), (above, below)
+    return float(sign_p(above, below)), (above, below)
 
 
 def paired_power(effect: np.ndarray, n: np.ndarray, alpha: float) -> np.ndarray:

@@ -11,10 +11,11 @@ step, ..., max), so alpha can be spent over them instead of over every possible 
   the family-wise rate is at most sum_k alpha w_k = alpha for any dependence between the looks
   and any test valid at a fixed n: the planned p-value of a check is min_k p_k / w_k.
 - **the robust rule** (`robust_p`): the per-look p-value is the larger of the paired t-test's
-  and the exact sign test's (both two-sided), and 1 when they point different ways. A check is
-  decided only where both agree, so the rule inherits the sign test's validity for "the method
-  wins on most seeds" (P(difference > 0) = 1/2 under the null, any distribution: skewed,
-  heavy-tailed, methods that fail on some seeds) and the t-test's for the mean under normality.
+  and the exact sign test's (both two-sided; `harness.stats.paired.sign_p`), and 1 when they
+  point different ways. A check is decided only where both agree, so the rule inherits the sign
+  test's validity for "the method wins on most seeds" (P(difference > 0) = 1/2 under the null,
+  any distribution: skewed, heavy-tailed, methods that fail on some seeds) and the t-test's for
+  the mean under normality.
 - **unplanned looks** (`looks: unplanned`): the anytime t-mixture of `harness.stats.sequential`
   paired with the sign e-process `sign_log_e`, the Krichevsky-Trofimov (Beta(1/2, 1/2)) mixture
   of the likelihood ratios of the wins' Bernoulli sequence against p = 1/2: a nonnegative
@@ -29,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
+from harness.stats.paired import sign_p
 
 
 def spending_weights(sizes: Sequence[int], max_n: int, alpha: float) -> np.ndarray:
@@ -54,16 +57,6 @@ def t_p(n: np.ndarray | int, mean: np.ndarray | float, sd: np.ndarray | float) -
     p = 2.0 * stats.t.sf(np.nan_to_num(t, nan=0.0, posinf=np.inf), np.maximum(n - 1.0, 1.0))
     p = np.where(sd > 0, p, np.where(mean != 0, 0.0, 1.0))
     return np.asarray(np.where(n >= 2, p, 1.0), dtype=float)
-
-
-def sign_p(wins: np.ndarray | int, losses: np.ndarray | int) -> np.ndarray:
-    """Exact two-sided sign-test p-values (binomial, p = 1/2), vectorised; 1 without signs."""
-    from scipy import stats
-
-    wins, losses = np.asarray(wins), np.asarray(losses)
-    total = wins + losses
-    p = np.minimum(1.0, 2.0 * stats.binom.cdf(np.minimum(wins, losses), total, 0.5))
-    return np.asarray(np.where(total > 0, p, 1.0), dtype=float)
 
 
 def sign_above_p(above: np.ndarray | int, total: np.ndarray | int) -> np.ndarray:

@@ -32,6 +32,7 @@ after any number of looks, stopped by any rule:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Literal
@@ -111,24 +112,48 @@ def look_sizes(n: int, initial: int, step: int) -> list[int]:
     return [*sizes, n] if sizes and sizes[-1] != n else sizes
 
 
+def rounds_begun(extent: int, initial: int, step: int, max_n: int) -> list[int]:
+    """The planned rounds (seeds below n_k, n_k in `look_sizes(max_n, initial, step)`; past
+    `max_n`, seeds added by hand, on by `step` up to `extent`) that seeds 0 .. extent - 1 have
+    reached: every n_k with n_(k-1) < extent, none before the initial round is run."""
+    if extent < initial:
+        return []
+    plan = look_sizes(max_n, initial, step)
+    plan += look_sizes(extent, max_n, step)[1:] if extent > max_n else []
+    return [n for k, n in enumerate(plan) if (plan[k - 1] if k else 0) < extent]
+
+
 @dataclass(frozen=True)
 class Looks:
-    """A check's paired differences (seed order) at each look: the running statistics."""
+    """A check's paired differences at each look: the running statistics. Look k belongs to a
+    planned round (`rounds`: the pairs among seeds below n_k), so a missing pair (a trial that
+    crashed or timed out) leaves every look at its own round."""
 
     sizes: list[int]
+    """Pairs at each look."""
     means: np.ndarray
     sds: np.ndarray
     wins: np.ndarray
     losses: np.ndarray
+    rounds: list[int]
+    """The round n_k of each look (`rounds_begun`): its alpha share is that round's."""
 
     @classmethod
-    def of(cls, diffs: np.ndarray, initial: int, step: int) -> Looks:
-        sizes = look_sizes(diffs.size, initial, step)
-        means = np.array([diffs[:k].mean() for k in sizes])
-        sds = np.array([diffs[:k].std(ddof=1) if k >= 2 else np.nan for k in sizes])
-        wins = np.array([int((diffs[:k] > 0).sum()) for k in sizes], dtype=int)
-        losses = np.array([int((diffs[:k] < 0).sum()) for k in sizes], dtype=int)
-        return cls(sizes, means, sds, wins, losses)
+    def of(cls, diffs: np.ndarray, rounds: Sequence[int], seeds: np.ndarray | None = None) -> Looks:
+        """The looks at `rounds` over the pairs `diffs` whose seeds (default 0, 1, ...: no pair
+        missing) lie below each round's n_k; a round without a pair has no look."""
+        seeds = np.arange(diffs.size) if seeds is None else np.asarray(seeds)
+        kept = [(n, diffs[seeds < n]) for n in rounds]
+        kept = [(n, pairs) for n, pairs in kept if pairs.size]
+        each = [pairs for _, pairs in kept]
+        return cls(
+            [pairs.size for pairs in each],
+            np.array([pairs.mean() for pairs in each]),
+            np.array([pairs.std(ddof=1) if pairs.size >= 2 else np.nan for pairs in each]),
+            np.array([int((pairs > 0).sum()) for pairs in each], dtype=int),
+            np.array([int((pairs < 0).sum()) for pairs in each], dtype=int),
+            [n for n, _ in kept],
+        )
 
     @property
     def n(self) -> int:
@@ -149,10 +174,24 @@ class Looks:
 
     def intersection(self, factors: np.ndarray) -> tuple[float, float]:
         """The running intersection of x̄ ± s h over the looks, h = `factors` (one a look)."""
-        sds = np.nan_to_num(self.sds, nan=0.0)
-        finite = np.isfinite(factors)
-        half = np.where(finite, np.where(finite, factors, 0.0) * sds, np.inf)
-        return float(np.max(self.means - half)), float(np.min(self.means + half))
+        low, high = running_bounds(self.means, self.sds, factors)
+        return float(low[-1]), float(high[-1])
+
+
+def running_bounds(
+    means: np.ndarray, sds: np.ndarray, factors: np.ndarray | float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The running intersection of the intervals x̄ ± s h over the looks (last axis): at each
+    look the largest lower and the smallest upper bound so far. h = `factors` (inf: no bound);
+    an sd of NaN (below 2 pairs) counts as 0."""
+    sds = np.nan_to_num(np.asarray(sds, dtype=float), nan=0.0)
+    factors = np.broadcast_to(np.asarray(factors, dtype=float), sds.shape)
+    finite = np.isfinite(factors)
+    half = np.where(finite, np.where(finite, factors, 0.0) * sds, np.inf)
+    return (
+        np.maximum.accumulate(means - half, axis=-1),
+        np.minimum.accumulate(means + half, axis=-1),
+    )
 
 
 def conditional_power(
