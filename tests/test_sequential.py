@@ -41,6 +41,7 @@ from harness.stats.outcomes import select_tuned
 from harness.stats.planned import robust_p, spending_weights
 from harness.stats.sequential import (
     Looks,
+    detectable_effect,
     half_width_factor,
     log_mixture,
     look_sizes,
@@ -512,6 +513,41 @@ def test_a_paper_effect_outside_the_interval_reads_not_reproduced_at_this_scale(
         check, verdict="reproduced", names=("a", "b"), at_trivial=(0, 5), finished=(6, 6)
     )
     assert stuck.verdict_text == "reproduced (an arm does not train)"
+
+
+def test_the_detectable_effect_counts_the_sign_test_and_a_schedule_that_cannot_decide() -> None:
+    """At max 9 and a two-sided level of 0.0125, only 9 of 9 seeds of one sign pass the sign
+    test: 80% power needs P(win)^9 = 0.8, an effect of Phi^-1(0.8^(1/9)) sd, far beyond the
+    t-test's; at dyt-derf's max 6 with its family of 3, not even 6 of 6 pass (2^-5 > its last
+    share of alpha / 3): no effect is detectable, and the label says why."""
+    from scipy import stats
+
+    from harness.claims.verdicts import RecipeCheck
+    from harness.stats.planned import final_sign_test, sign_detectable, t_half_factor
+
+    nine = sign_detectable(9, final_sign_test(0.0125, tie=False, planned=True), 0.8)
+    assert nine == pytest.approx(stats.norm.ppf(0.8 ** (1 / 9)), abs=1e-6)
+    t_only = detectable_effect(1.0, 9, 0.0125, float(t_half_factor(9, 0.0125)))
+    both = detectable_effect(
+        1.0, 9, 0.0125, float(t_half_factor(9, 0.0125)), passes=final_sign_test(0.0125, False, True)
+    )
+    assert t_only is not None and t_only < nine and both == pytest.approx(nine, abs=1e-6)
+    last = 0.05 / 3 * float(spending_weights([3, 6], 6, 0.05)[-1])
+    assert sign_detectable(6, final_sign_test(last, tie=False, planned=True), 0.8) == math.inf
+    assert math.isinf(detectable_effect(1.0, 6, last, passes=final_sign_test(last, False, True)))
+    [decision] = decide(
+        [CheckInput("directional", np.array([0.3, -0.2, 0.1, 0.4, -0.1, 0.2]))], 0.05, 3, 3, 6
+    )
+    assert decision.record.decidable and decision.record.detectable is not None
+    record = SequentialCheck(
+        6, 2, 0.0167, (-0.5, 0.2), 1.0, "max", None, None, max_n=6, sd=0.27, decidable=False
+    )
+    check = RecipeCheck("m", "t", 6, -0.1, -0.5, 0.2, 1.0, None, "inconclusive", sequential=record)
+    assert check.verdict_text == (
+        "untestable at this scale: even 6 of max 6 seeds of one sign cannot pass the sign test at "
+        "the last look's share of alpha (docs/sequential.md); the interval rules out differences "
+        "outside [-0.5, +0.2]"
+    )
 
 
 def test_a_stopped_undecided_check_says_why_its_seeds_could_not_decide() -> None:

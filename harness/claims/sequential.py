@@ -30,8 +30,10 @@ normality, keeps a decision from resting on signs alone). Per (claim, recipe):
   probability, under the current mean and sd as the truth, that the interval at `max` seeds
   decides (normal approximation of the remaining seeds' mean), from its second look on.
   Stopping for futility never decides anything, so it cannot raise the error rates. The
-  smallest effect `max` seeds could detect is s * (h(max) + z_0.8 / sqrt(max)), h(max) the
-  final look's half-width in sds.
+  smallest effect `max` seeds could detect is s * max(h(max) + z_0.8 / sqrt(max), d_sign), h(max)
+  the final look's half-width in sds, d_sign the effect at which the last look's sign test
+  passes with probability 0.8 (normal differences; infinite where even max of max seeds of one
+  sign cannot pass it: the check is not `decidable`).
 
 Error rates and power at every findings suite's schedule: `benchmarks/sequential.py
 --design-tables`, `layerbench plan SUITE --design`.
@@ -49,6 +51,7 @@ import numpy as np
 from harness.stats.paired import holm
 from harness.stats.planned import (
     anytime_majority,
+    final_sign_test,
     planned_p,
     robust_p,
     sign_log_e,
@@ -112,6 +115,9 @@ class SequentialCheck:
     from, the reason an undecided check that stopped is untestable at this scale."""
     margin: float | None = None
     """A tie's margin."""
+    decidable: bool = True
+    """Whether some outcome of max seeds passes the rule's sign test at the last look's level
+    (`harness.stats.planned.sign_detectable`): False, max seeds cannot decide the check."""
 
 
 @dataclass(frozen=True)
@@ -261,12 +267,16 @@ class Rule:
             return half_width_factor(sizes, level)
         return t_half_factor(sizes, (2 if tie else 1) * level * self.shares(looks))
 
+    def final_level(self, level: float) -> float:
+        """The level of the last look: `level` times its share (planned), `level` (unplanned)."""
+        planned = self.looks == "planned" and self.weights.size
+        return level * float(self.weights[-1]) if planned else level
+
     def final_factor(self, level: float, tie: bool) -> float:
         """The half-width factor at `max_n` (conditional power and detectable effects)."""
         if self.looks == "unplanned":
             return float(half_width_factor(self.max_n, level))
-        share = float(self.weights[-1]) if self.weights.size else 1.0
-        return float(t_half_factor(self.max_n, (2 if tie else 1) * level * share))
+        return float(t_half_factor(self.max_n, (2 if tie else 1) * self.final_level(level)))
 
 
 def _tie_outcome(
@@ -346,6 +356,8 @@ def _decision(
     elif power is not None and power < FUTILITY and len(looks.sizes) >= FUTILITY_FROM_LOOK:
         stopped = "futile"
     sd = float(looks.sds[-1]) if looks.sizes else np.nan
+    last_sign = final_sign_test(rule.final_level(level), tie, rule.looks == "planned")
+    detectable = detectable_effect(sd, rule.max_n, level, final, check.kind, last_sign)
     record = SequentialCheck(
         looks.n,
         len(looks.sizes),
@@ -354,7 +366,7 @@ def _decision(
         p,
         stopped,
         power,
-        detectable_effect(sd, rule.max_n, level, final, check.kind),
+        _finite(detectable) if detectable is not None else None,
         check.cpu_s,
         rule.looks,
         check.kind,
@@ -363,6 +375,7 @@ def _decision(
         rule.max_n,
         _finite(sd),
         check.margin,
+        detectable is None or bool(np.isfinite(detectable)),
     )
     return CheckDecision(decided, record)
 

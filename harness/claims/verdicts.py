@@ -126,6 +126,8 @@ class RecipeCheck:
             if (low > effect) == (effect < 0):  # the interval is on 0's side of the effect
                 return f"{NOT_AT_SCALE}: the interval {shown} excludes {paper}"
             return _stopped(stopped, f"the interval {shown} lies beyond {paper}, {signs}")
+        if record is not None and stopped and not record.decidable:
+            return f"{undecidable(record)}; the interval rules out differences outside {shown}"
         if low > 0 or high < 0:
             also = "" if stopped else self._contains_effect("")
             return _stopped(stopped, f"the mean's interval {shown} excludes 0, {signs}{also}")
@@ -327,6 +329,8 @@ def tie_stopped_text(record: SequentialCheck, stopped: str, bounds: tuple[float,
     interval [-0.02, +0.05] crosses the margin +-0.03" (or lies inside or beyond it, and its
     sign tests do not decide)."""
     margin, detectable, (low, high) = record.margin or 0.0, record.detectable, bounds
+    if not record.decidable:
+        return f"{undecidable(record)}; the claim's margin is {margin:g}"
     if detectable is not None and detectable > margin:
         return (
             f"{UNTESTABLE}: max {record.max_n} seeds confirm margins of {detectable:.3g} or "
@@ -339,6 +343,16 @@ def tie_stopped_text(record: SequentialCheck, stopped: str, bounds: tuple[float,
     else:
         where = f"crosses the margin +-{margin:g}"
     return _stopped(stopped, f"the interval [{low:+.3g}, {high:+.3g}] {where}")
+
+
+def undecidable(record: SequentialCheck) -> str:
+    """Why a check max seeds cannot decide: "untestable at this scale: even 6 of max 6 seeds of
+    one sign cannot pass the sign test at the last look's level"."""
+    n = record.max_n
+    return (
+        f"{UNTESTABLE}: even {n} of max {n} seeds of one sign cannot pass the sign test at "
+        "the last look's share of alpha (docs/sequential.md)"
+    )
 
 
 def _stopped(stopped: str, text: str) -> str:

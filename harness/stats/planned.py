@@ -160,3 +160,31 @@ def tie_look(
         inside &= majority(below, n) & majority(above, n)
         outside &= majority(np.where(low > margin, n - below, n - above), n)
     return np.asarray(inside), np.asarray(outside)
+
+
+def final_sign_test(level: float, tie: bool, planned: bool) -> Majority:
+    """The rule's sign test at a check's last look, at `level` (the look's share of alpha for
+    planned looks): each side one-sided for a tie; two-sided for a directional check (one side
+    at level / 2 planned, the two-sided sign e-process unplanned)."""
+    if planned:
+        return sign_majority(level if tie else level / 2.0)
+    if tie:
+        return anytime_majority(level)
+    return lambda k, n: np.asarray(sign_log_e(k, n - k) >= np.log(1.0 / level))
+
+
+def sign_detectable(n: int, passes: Majority, power: float) -> float:
+    """The standardised effect delta at which n seeds pass a sign test (`passes`: k of n shown
+    on one side) with probability `power`, for normal differences (a seed's difference is on
+    the effect's side with probability Phi(delta)): the smallest count k that passes, then q
+    with P(Binomial(n, q) >= k) = power, delta = Phi^-1(q); inf where not even n of n passes
+    (the exact test's smallest p, 2^-n one-sided, exceeds its level)."""
+    from scipy import optimize, stats
+
+    counts = np.arange(n + 1)
+    passing = np.flatnonzero(passes(counts, n))
+    if passing.size == 0:
+        return float("inf")
+    k = int(passing[0])
+    q = optimize.brentq(lambda q: stats.binom.sf(k - 1, n, q) - power, 1e-12, 1.0 - 1e-12)
+    return float(stats.norm.ppf(q))

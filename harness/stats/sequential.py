@@ -39,6 +39,8 @@ from typing import Literal
 
 import numpy as np
 
+from harness.stats.planned import Majority, sign_detectable
+
 MIXTURE_CS = (0.01, 1.0)
 """The mixture precisions c, averaged with equal weights (an average of e-processes is one): 1
 aims at effects of 0.5-2 paired sd within 24 seeds; 0.01 lets a difference of many sds (a method
@@ -227,16 +229,24 @@ def conditional_power(
 
 
 def detectable_effect(
-    sd: float, max_n: int, level: float, factor: float | None = None, kind: Kind = "directional"
+    sd: float,
+    max_n: int,
+    level: float,
+    factor: float | None = None,
+    kind: Kind = "directional",
+    passes: Majority | None = None,
 ) -> float | None:
     """The smallest |difference| max seeds detect with probability about `DETECT_POWER`
     (`factor` as in `conditional_power`); for a tie, the narrowest margin max seeds confirm
     with that probability when the true difference is 0: |mean| + half-width < margin needs
-    the margin s (h + z_((1 + power) / 2) / sqrt(max))."""
+    the margin s (h + z_((1 + power) / 2) / sqrt(max)). With the rule's sign test at the last
+    look (`passes`), the larger of that and the sign test's own (`sign_detectable`, normal
+    differences): inf where no outcome of max seeds passes the sign test."""
     from scipy import stats
 
     h = float(half_width_factor(max_n, level)) if factor is None else float(factor)
     if not np.isfinite(h) or not np.isfinite(sd):
         return None
     power = (1 + DETECT_POWER) / 2 if kind == "tie" else DETECT_POWER
-    return float(sd * (h + float(stats.norm.ppf(power)) / np.sqrt(max_n)))
+    sign = sign_detectable(max_n, passes, power) if passes is not None else 0.0
+    return float(sd * max(h + float(stats.norm.ppf(power)) / np.sqrt(max_n), sign))
