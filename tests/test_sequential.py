@@ -352,6 +352,23 @@ def test_only_the_two_methods_of_an_open_claim_get_more_seeds() -> None:
     assert any("more seeds: c/m/t to 15" in line for line in found.lines(1))
 
 
+def test_a_futile_comparison_gets_no_more_seeds_unless_futility_is_not_applied() -> None:
+    """Futility is non-binding (docs/sequential.md, table 1 has no futility stops): with
+    `stop_futile: false` a futile comparison runs on to `max`, with the same verdict rules."""
+    rng = np.random.default_rng(6)
+    outcomes = [
+        outcome(m, s, 3.0 + 0.2 * rng.standard_normal()) for m in ("c", "d") for s in range(6)
+    ]
+    claim = Claim(method="c", than="d", direction="better", source="null")
+    schedule = SeedSchedule(initial=3, max=12, step=3)
+    plan = RankPlan("s", [], None, RankSpec(), claims=(claim,), models=("m",), schedule=schedule)
+    stopped = look(plan, schedule, outcomes)
+    assert stopped.findings[0].checks[0].sequential.stopped == "futile"
+    assert stopped.wanted == {}
+    to_max = schedule.model_copy(update={"stop_futile": False})
+    assert look(plan, to_max, outcomes).wanted == {("c", "m", "t"): 9, ("d", "m", "t"): 9}
+
+
 def test_a_tuned_method_is_tuned_on_the_initial_seeds_and_only_its_point_gets_more() -> None:
     rng = np.random.default_rng(8)
     points = {"c": [({"lr": 1}, 3.0), ({"lr": 2}, 3.4)], "d": [({}, 3.0)]}

@@ -3,8 +3,9 @@
 The policy of `layerbench run`: first seeds 0 .. initial - 1 of every trial; then after each look
 (the findings of `harness.claims` on every stored outcome) `step` more seeds only for
 the two methods of each comparison still open on its recipe (model, task): not decided, not
-futile, below `max` (`harness.claims.sequential`). The comparisons are the suite's `expect`
-claims, or without claims each method against the baseline. A method with a sweep is tuned on
+futile (unless `stop_futile: false`), below `max` (`harness.claims.sequential`). The
+comparisons are the suite's `expect` claims, or without claims each method against the
+baseline. A method with a sweep is tuned on
 the initial seeds (`harness.stats.outcomes.select_tuned`, `tuned_on`), so its later seeds run
 the chosen sweep point alone (with `rank.tuning: per_seed`, every point, as each seed picks its
 own). `SequentialSeeds` is the round policy of a run (`trials(round)`: the next batch given the
@@ -18,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from harness.claims import Finding
+from harness.claims.sequential import SequentialCheck
 from harness.core import CellKey, TrialOutcome, cell_of, point_label
 from harness.ranking.suite import RankPlan, claim_findings, plan_of, ranked_metrics
 from harness.records import PlannedTrial, TrialResult
@@ -122,7 +124,7 @@ def look(plan: RankPlan, schedule: SeedSchedule, outcomes: Sequence[TrialOutcome
     for finding in found:
         for check in finding.checks:
             record = check.sequential
-            if check.verdict != "inconclusive" or record is None or record.stopped is not None:
+            if check.verdict != "inconclusive" or record is None or not _open(record, schedule):
                 continue
             cells = [CellKey(m, check.model, check.task) for m in (finding.method, finding.than)]
             ran = max(len(seeds.get(cell, ())) for cell in cells)
@@ -130,6 +132,12 @@ def look(plan: RankPlan, schedule: SeedSchedule, outcomes: Sequence[TrialOutcome
             for cell in cells:
                 wanted[cell] = max(wanted.get(cell, 0), target)
     return Look(found, wanted, tuned_points(plan.spec, schedule.initial, outcomes))
+
+
+def _open(record: SequentialCheck, schedule: SeedSchedule) -> bool:
+    """Would the schedule add seeds to this check: not stopped, or futile where futility is
+    not applied (`stop_futile: false`)?"""
+    return record.stopped is None or (record.stopped == "futile" and not schedule.stop_futile)
 
 
 def tuned_points(

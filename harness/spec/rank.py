@@ -174,6 +174,12 @@ class SeedSchedule(StrictModel):
         "shares); unplanned: anytime-valid verdicts, for seeds added by hand "
         "(docs/sequential.md).",
     )
+    stop_futile: bool = Field(
+        True,
+        description="Stop adding seeds to a comparison whose conditional power at `max` is "
+        "below 10% (futile); false: every undecided comparison runs to `max`. Futility is "
+        "non-binding: the error rates hold either way (docs/sequential.md).",
+    )
 
     @model_validator(mode="after")
     def max_after_initial(self) -> SeedSchedule:
