@@ -596,7 +596,12 @@ def test_a_stopped_undecided_check_says_why_its_seeds_could_not_decide() -> None
     assert far.verdict_text.startswith("not reproduced at this scale: the interval")
     signs = replace(check, ci_low=-0.1, ci_high=-0.01, signs=(1, 5), paper_effect=-0.03)
     assert signs.verdict_text == (
-        "undecided (futile): the mean's interval [-0.1, -0.01] excludes 0, the sign test (1/5) "
+        "untestable at this scale: max 9 seeds detect effects of 0.08 or more (paired sd 0.05); "
+        "the mean's interval [-0.1, -0.01] excludes 0, the sign test (1/5) does not decide"
+    )
+    larger = replace(signs, delta=-0.09, ci_low=-0.15)  # beyond what max seeds detect
+    assert larger.verdict_text == (
+        "undecided (futile): the mean's interval [-0.15, -0.01] excludes 0, the sign test (1/5) "
         "does not decide"
     )
     open_ = replace(small, sequential=replace(record, stopped=None))

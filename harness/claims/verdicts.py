@@ -130,7 +130,10 @@ class RecipeCheck:
             return f"{undecidable(record)}; the interval rules out differences outside {shown}"
         if low > 0 or high < 0:
             also = "" if stopped else self._contains_effect("")
-            return _stopped(stopped, f"the mean's interval {shown} excludes 0, {signs}{also}")
+            text = f"the mean's interval {shown} excludes 0, {signs}{also}"
+            if record is not None and stopped and self._below_detectable(record):
+                return f"{self._detects(record)}; {text}"
+            return _stopped(stopped, text)
         if record is not None and stopped:
             return self._stopped_text(record, stopped, shown)
         return f"rules out differences outside {shown}" + self._contains_effect("0 and ")
@@ -144,10 +147,7 @@ class RecipeCheck:
         effect, detectable, sd = self.paper_effect, record.detectable, record.sd
         if detectable is None or sd is None:
             return _stopped(stopped, f"rules out differences outside {shown}")
-        detects = (
-            f"{UNTESTABLE}: max {record.max_n} seeds detect effects of {detectable:.3g} or more "
-            f"(paired sd {sd:.3g})"
-        )
+        detects = self._detects(record)
         if effect is None:  # a comparison with the baseline has no paper
             stated = "no claim states" if self.implicit else "the paper states no"
             return (
@@ -157,6 +157,22 @@ class RecipeCheck:
         if abs(effect) < detectable:
             return f"{detects}, the paper's effect is {effect:+.3g}"
         return _stopped(stopped, f"the interval {shown} contains the paper's effect {effect:+.3g}")
+
+    def _below_detectable(self, record: SequentialCheck) -> bool:
+        """Is the observed difference smaller than what max seeds detect (`detectable`)?"""
+        detectable, delta = record.detectable, self.delta
+        if detectable is None or delta is None or record.sd is None:
+            return False
+        return abs(delta) < detectable
+
+    @staticmethod
+    def _detects(record: SequentialCheck) -> str:
+        """ "untestable at this scale: max 9 seeds detect effects of 0.08 or more (paired sd
+        0.05)"."""
+        return (
+            f"{UNTESTABLE}: max {record.max_n} seeds detect effects of {record.detectable:.3g} "
+            f"or more (paired sd {record.sd:.3g})"
+        )
 
     def _contains_effect(self, also: str) -> str:
         """ " (it contains 0 and the paper's effect, +0.03)" where the claim declares one."""
