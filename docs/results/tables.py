@@ -178,7 +178,7 @@ def findings_verdicts() -> str:
         lines.append(
             f"| {suite} | {finding['claim']} | {check['model']} | {check['n']} "
             f"| {check['signs'][0]}/{check['signs'][1]} | {shown} "
-            f"| {_state(record)} | {text} | {kept} |"
+            f"| {_state(record, check["verdict"])} | {text} | {kept} |"
         )
         counts[_kind(finding, check, record)] += 1
         counts["exploratory"] += bool(finding.get("exploratory"))
@@ -188,11 +188,12 @@ def findings_verdicts() -> str:
     return "\n".join([*lines, "", f"{total} checks: {listed}"])
 
 
-def _state(record: dict[str, Any]) -> str:
-    """How a check's seeds stopped (decided, futile, max, open), with its missing pairs."""
+def _state(record: dict[str, Any], verdict: str) -> str:
+    """How a check's seeds stopped (decided, futile, max, open; none added to a check not
+    tested, as the rule adds none), with its missing pairs."""
     from harness.claims.sequential import SequentialCheck, missing_pairs
 
-    state = record.get("stopped") or "open"
+    state = record.get("stopped") or ("no seeds added" if verdict == "not tested" else "open")
     missing = missing_pairs(SequentialCheck(**record)) if record else ""
     return f"{state} ({missing})" if missing else state
 
