@@ -178,7 +178,7 @@ def findings_verdicts() -> str:
         lines.append(
             f"| {suite} | {finding['claim']} | {check['model']} | {check['n']} "
             f"| {check['signs'][0]}/{check['signs'][1]} | {shown} "
-            f"| {_state(record, check["verdict"])} | {text} | {kept} |"
+            f"| {_state(record, check['verdict'])} | {text} | {kept} |"
         )
         counts[_kind(finding, check, record)] += 1
         counts["exploratory"] += bool(finding.get("exploratory"))
