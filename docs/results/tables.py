@@ -169,6 +169,7 @@ def findings_verdicts() -> str:
         "|---|---|---|---:|---|---|---|---|---|",
     ]
     counts: dict[str, int] = defaultdict(int)
+    apart: dict[str, int] = defaultdict(int)
     for (suite, finding, check), page in zip(rows, adjusted, strict=True):
         record = check.get("sequential") or {}
         low, high = check["ci_low"], check["ci_high"]
@@ -181,11 +182,12 @@ def findings_verdicts() -> str:
             f"| {_state(record, check['verdict'])} | {text} | {kept} |"
         )
         counts[_kind(finding, check, record)] += 1
-        counts["exploratory"] += bool(finding.get("exploratory"))
-        counts["decided, not surviving the page family"] += kept == "does not survive"
+        apart["exploratory (counted above too)"] += bool(finding.get("exploratory"))
+        apart["decided but not surviving the page family"] += kept == "does not survive"
     total = len(rows)
     listed = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()) if n)
-    return "\n".join([*lines, "", f"{total} checks: {listed}"])
+    among = ", ".join(f"{n} {kind}" for kind, n in sorted(apart.items()) if n)
+    return "\n".join([*lines, "", f"{total} checks: {listed}; among them {among}"])
 
 
 def _state(record: dict[str, Any], verdict: str) -> str:
