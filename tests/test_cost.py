@@ -44,6 +44,28 @@ def test_a_cpu_peak_is_measured_once_per_host_and_kept(tmp_path: Path) -> None:
     assert len((tmp_path / "peak_flops.json").read_text().splitlines()) == 3
 
 
+def test_a_cpu_peak_at_bf16_is_never_below_its_fp32_peak(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a CPU without native bf16, torch.mm at bf16 runs a slow fallback (1.3 against 93
+    GFLOP/s measured on an AVX2-only EPYC): a bf16 trial's MFU is taken against the fp32 peak,
+    so it stays below 1; where bf16 is faster, its own peak stands."""
+    from harness.runner import cost
+
+    monkeypatch.setenv("LAYERBENCH_CACHE", str(tmp_path))
+    speed = {"fp32": 93e9, "bf16": 1.3e9}
+    monkeypatch.setattr(cost, "matmul_flops", lambda device, precision: speed[precision])
+    peak, source = cost.peak_flops(torch.device("cpu"), "bf16", 1)
+    assert peak == 93e9 and source.endswith("below its fp32 matmul: the fp32 peak")
+    assert cost.peak_flops(torch.device("cpu"), "fp32", 1) == (
+        93e9,
+        source.split(",")[0].replace("bf16", "fp32"),
+    )
+    speed["bf16"] = 300e9
+    monkeypatch.setenv("LAYERBENCH_CACHE", str(tmp_path / "amx"))
+    assert cost.peak_flops(torch.device("cpu"), "bf16", 1)[0] == 300e9
+
+
 def test_a_new_trial_stores_what_it_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAYERBENCH_CACHE", str(tmp_path / "cache"))
     shape = "n_layers: 2, d_model: 32, pos: learned"
